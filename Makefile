@@ -1,0 +1,30 @@
+# Two setup commands: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+CONSTRAINTS := constraints/cpu.txt
+
+.PHONY: demo test bench install clean
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c $(CONSTRAINTS) -e '.[cli,test,triton]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/torchfilters edges --out demo-out --format png
+	@echo "edge maps written to demo-out/"
+
+test: install
+	$(PY) -m pytest -n 2 -q
+
+bench: install
+	$(PIP) install -q -c $(CONSTRAINTS) -e '.[bench]'
+	$(PY) benchmarks/cpu.py
+
+clean:
+	rm -rf $(VENV) demo-out .pytest_cache
