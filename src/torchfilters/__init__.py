@@ -1,0 +1,58 @@
+"""torchfilters: fast, exact, differentiable image filters for batched PyTorch tensors.
+
+Every op acts on the last two axes of ``(..., H, W)`` tensors with
+``scipy.ndimage``'s semantics (mode names and meanings, any radius on any
+size), exact finite gradients, and fused CPU (numba) / GPU (Triton) engines.
+
+    >>> import torch, torchfilters as tf
+    >>> x = torch.rand(8, 3, 32, 32)
+    >>> tf.gradient_magnitude(x, operator="sobel").shape
+    torch.Size([8, 3, 32, 32])
+"""
+
+from importlib.metadata import PackageNotFoundError, version as _version
+
+from . import backends, kernels, nn
+from .backends import BackendUnavailableError
+from .functional import (
+    convolve,
+    convolve1d,
+    correlate,
+    correlate1d,
+    derivative,
+    gaussian_filter,
+    gaussian_gradient_magnitude,
+    gradient,
+    gradient_direction,
+    gradient_magnitude,
+    prewitt,
+    scharr,
+    selective_blur,
+    sobel,
+)
+
+try:
+    __version__ = _version("torchfilters")
+except PackageNotFoundError:  # running from a source tree
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "BackendUnavailableError",
+    "backends",
+    "convolve",
+    "convolve1d",
+    "correlate",
+    "correlate1d",
+    "derivative",
+    "gaussian_filter",
+    "gaussian_gradient_magnitude",
+    "gradient",
+    "gradient_direction",
+    "gradient_magnitude",
+    "kernels",
+    "nn",
+    "prewitt",
+    "scharr",
+    "selective_blur",
+    "sobel",
+]

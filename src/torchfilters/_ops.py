@@ -1,0 +1,149 @@
+"""``torch.library`` custom ops: the single entry point from Python into the engines.
+
+Four ops carry every public function (specs are strings; see ``_spec``):
+
+* ``torchfilters::filter(x, spec, backend) -> y`` and its backward
+  ``torchfilters::filter_backward(grad, x, spec, backend) -> grad_x``;
+* ``torchfilters::selective_blur(x, mask?, spec, threshold, backend) -> y``
+  and ``torchfilters::selective_blur_backward(...)``;
+
+plus ``*_out`` variants that write into a caller's tensor (``out=``).  Each op
+has a fake (meta) implementation, and the forward ops have autograd
+registrations, so ``torch.compile(fullgraph=True)`` traces through them
+forward and backward.  The device kernel runs the engine that
+:func:`torchfilters.backends.resolve` picks for the tensor's device and
+dtype (numba on CPU, Triton on CUDA, the pure-torch reference otherwise).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _spec
+from .backends import resolve
+
+_LIB = "torchfilters"
+
+
+def _engine(backend: str, x: Tensor):
+    return resolve(backend, x.device, x.dtype)
+
+
+def _may_alias(a: Tensor, b: Tensor) -> bool:
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _write(out: Tensor, inputs, compute):
+    """Run ``compute(out)``; through a temporary when ``out`` shares memory with an input."""
+    if any(t is not None and _may_alias(out, t) for t in inputs):
+        out.copy_(compute(None))
+    else:
+        compute(out)
+
+
+# --------------------------------------------------------------------- filter
+
+
+@torch.library.custom_op(f"{_LIB}::filter", mutates_args=())
+def filter_op(x: Tensor, spec: str, backend: str) -> Tensor:
+    return _engine(backend, x).filter_forward(x, _spec.decode(spec))
+
+
+@filter_op.register_fake
+def _(x, spec, backend):
+    return x.new_empty(_spec.decode(spec).out_shape(x.shape))
+
+
+@torch.library.custom_op(f"{_LIB}::filter_backward", mutates_args=())
+def filter_backward_op(grad: Tensor, x: Tensor, spec: str, backend: str) -> Tensor:
+    return _engine(backend, x).filter_backward(grad, x, _spec.decode(spec))
+
+
+@filter_backward_op.register_fake
+def _(grad, x, spec, backend):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op(f"{_LIB}::filter_out", mutates_args=("out",))
+def filter_out_op(x: Tensor, spec: str, backend: str, out: Tensor) -> None:
+    eng = _engine(backend, x)
+    s = _spec.decode(spec)
+    _write(out, (x,), lambda o: eng.filter_forward(x, s, out=o))
+
+
+@filter_out_op.register_fake
+def _(x, spec, backend, out):
+    return None
+
+
+def _filter_setup(ctx, inputs, output):
+    x, spec, backend = inputs
+    ctx.save_for_backward(x)
+    ctx.spec = spec
+    ctx.backend = backend
+
+
+def _filter_grad(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return filter_backward_op(grad, x, ctx.spec, ctx.backend), None, None
+
+
+filter_op.register_autograd(_filter_grad, setup_context=_filter_setup)
+
+
+# ------------------------------------------------------------- selective blur
+
+
+@torch.library.custom_op(f"{_LIB}::selective_blur", mutates_args=())
+def blur_op(x: Tensor, mask: Optional[Tensor], spec: str, threshold: float, backend: str) -> Tensor:
+    return _engine(backend, x).blur_forward(x, mask, _spec.decode(spec), threshold)
+
+
+@blur_op.register_fake
+def _(x, mask, spec, threshold, backend):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op(f"{_LIB}::selective_blur_backward", mutates_args=())
+def blur_backward_op(
+    grad: Tensor, x: Tensor, mask: Optional[Tensor], spec: str, threshold: float, backend: str
+) -> Tensor:
+    return _engine(backend, x).blur_backward(grad, x, mask, _spec.decode(spec), threshold)
+
+
+@blur_backward_op.register_fake
+def _(grad, x, mask, spec, threshold, backend):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op(f"{_LIB}::selective_blur_out", mutates_args=("out",))
+def blur_out_op(
+    x: Tensor, mask: Optional[Tensor], spec: str, threshold: float, backend: str, out: Tensor
+) -> None:
+    eng = _engine(backend, x)
+    s = _spec.decode(spec)
+    _write(out, (x, mask), lambda o: eng.blur_forward(x, mask, s, threshold, out=o))
+
+
+@blur_out_op.register_fake
+def _(x, mask, spec, threshold, backend, out):
+    return None
+
+
+def _blur_setup(ctx, inputs, output):
+    x, mask, spec, threshold, backend = inputs
+    ctx.save_for_backward(x, mask)
+    ctx.args = (spec, threshold, backend)
+
+
+def _blur_grad(ctx, grad):
+    x, mask = ctx.saved_tensors
+    return blur_backward_op(grad, x, mask, *ctx.args), None, None, None, None
+
+
+blur_op.register_autograd(_blur_grad, setup_context=_blur_setup)

@@ -1,0 +1,151 @@
+"""Stencil specifications: the data every backend executes.
+
+Every op in torchfilters is "a few small linear stencils on the last two
+axes, combined pointwise, maybe masked".  A spec describes that as data; the
+backends (reference, numba CPU, Triton) each implement one engine that runs
+any spec.  Specs travel through ``torch.library`` custom ops as strings (so
+``torch.compile`` sees them as constants) and are decoded once and cached.
+
+A :class:`Stencil` is either
+
+* ``sep``: a sequence of 1-D passes ``(axis, lo, taps)`` applied one after
+  another, each padding by the boundary mode -- SciPy's semantics for
+  ``sobel``/``gaussian_filter`` (which matter in ``constant`` mode with a
+  non-zero ``cval``), or
+* ``dense``: one 2-D kernel ``taps[a][b]`` at offsets ``(lo_y + a, lo_x + b)``.
+
+Offsets follow ``scipy.ndimage.correlate``: output ``[i]`` reads
+``input[i + lo + j]`` for tap ``j``, with ``lo = -(k // 2) - origin``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Tuple
+
+import torch
+
+Taps = Tuple[float, ...]
+
+
+class Pass(NamedTuple):
+    axis: int  # -2 (H, y) or -1 (W, x)
+    lo: int  # offset of the first tap
+    taps: Taps
+
+
+class Stencil(NamedTuple):
+    kind: str  # "sep" or "dense"
+    passes: Tuple[Pass, ...] = ()  # sep
+    lo: Tuple[int, int] = (0, 0)  # dense: (lo_y, lo_x)
+    taps: Tuple[Taps, ...] = ()  # dense: kh rows of kw taps
+
+    def extent(self, axis: int) -> Tuple[int, int]:
+        """(lo, hi) offsets this stencil reads along ``axis`` (inclusive)."""
+        if self.kind == "dense":
+            if axis == -2:
+                return self.lo[0], self.lo[0] + len(self.taps) - 1
+            return self.lo[1], self.lo[1] + len(self.taps[0]) - 1
+        lo = hi = 0
+        for p in self.passes:
+            if p.axis == axis:
+                lo += p.lo
+                hi += p.lo + len(p.taps) - 1
+        return lo, hi
+
+    def is_identity(self) -> bool:
+        return self.kind == "sep" and not self.passes
+
+
+class FilterSpec(NamedTuple):
+    """``epilogue`` combines the stencils' results pointwise:
+
+    * ``stack``: one stencil -> ``(..., H, W)``; several -> ``(..., K, H, W)``
+    * ``magnitude``: ``sqrt(sum_k y_k**2)``, gradient 0 where it is 0
+    * ``direction``: ``atan2(y_0, y_1)``, gradient 0 where both are 0
+    """
+
+    mode: str
+    cval: float
+    epilogue: str
+    stencils: Tuple[Stencil, ...]
+
+    def out_shape(self, shape):
+        shape = tuple(shape)
+        if self.epilogue == "stack" and len(self.stencils) > 1:
+            return shape[:-2] + (len(self.stencils),) + shape[-2:]
+        return shape
+
+    @property
+    def linear(self) -> bool:
+        return self.epilogue == "stack"
+
+
+class BlurSpec(NamedTuple):
+    """Selective blur: blur where the mask holds (``blend``) or masked mean (``normalized``)."""
+
+    mode: str
+    cval: float
+    normalized: bool
+    keep_border: bool
+    stencil: Stencil
+
+
+def cached(fn):
+    """``functools.lru_cache`` that steps aside while ``torch.compile`` traces.
+
+    (Dynamo traces through the wrapped function anyway and warns about the
+    cache; the builders are pure, so tracing the plain function is exact.)
+    """
+    memo = functools.lru_cache(maxsize=4096)(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args):
+        if torch.compiler.is_compiling():
+            return fn(*args)
+        return memo(*args)
+
+    return wrapper
+
+
+def _plain(obj):
+    if isinstance(obj, tuple):
+        return tuple(_plain(o) for o in obj)
+    return obj
+
+
+@cached
+def encode(spec) -> str:
+    return type(spec).__name__ + repr(_plain(spec))
+
+
+def _stencil(t) -> Stencil:
+    kind, passes, lo, taps = t
+    return Stencil(kind, tuple(Pass(*p) for p in passes), tuple(lo), tuple(tuple(r) for r in taps))
+
+
+@cached
+def decode(text: str):
+    name, _, body = text.partition("(")
+    # our own text (built by encode); inf/nan are the only names it can hold
+    t = eval("(" + body, {"__builtins__": {}}, {"inf": float("inf"), "nan": float("nan")})
+    if name == "FilterSpec":
+        mode, cval, epilogue, stencils = t
+        return FilterSpec(mode, float(cval), epilogue, tuple(_stencil(s) for s in stencils))
+    if name == "BlurSpec":
+        mode, cval, normalized, keep_border, stencil = t
+        return BlurSpec(mode, float(cval), bool(normalized), bool(keep_border), _stencil(stencil))
+    raise ValueError(f"not a torchfilters spec: {text[:60]!r}")
+
+
+def sep(*passes) -> Stencil:
+    return Stencil("sep", tuple(Pass(a, int(lo), tuple(float(w) for w in taps)) for a, lo, taps in passes))
+
+
+def dense(taps, lo) -> Stencil:
+    return Stencil("dense", (), (int(lo[0]), int(lo[1])), tuple(tuple(float(w) for w in row) for row in taps))
+
+
+def centered_lo(k: int, origin: int = 0) -> int:
+    """SciPy's first-tap offset for a kernel of length ``k`` at ``origin``."""
+    return -(k // 2) - origin

@@ -1,0 +1,172 @@
+"""Argument checks shared by every public op: boundary modes, dtypes, shapes.
+
+Every check raises the exception a user would expect (``TypeError`` for a
+wrong type or dtype, ``ValueError`` for a wrong value) with a message that
+names the argument and lists what is accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import torch
+
+__all__ = [
+    "MODES",
+    "canonical_mode",
+    "check_input",
+    "compute_dtype",
+]
+
+#: SciPy mode names (and SciPy's ``grid-*`` aliases) -> canonical name.
+#: For filters SciPy treats ``grid-mirror`` as ``reflect``, ``grid-wrap`` as
+#: ``wrap`` and ``grid-constant`` as ``constant``.
+MODES = {
+    "reflect": "reflect",
+    "grid-mirror": "reflect",
+    "mirror": "mirror",
+    "nearest": "nearest",
+    "wrap": "wrap",
+    "grid-wrap": "wrap",
+    "constant": "constant",
+    "grid-constant": "constant",
+}
+
+# Names used by torch.nn.functional.pad, NumPy's np.pad and OpenCV, mapped to
+# the SciPy mode with the same meaning.  ("reflect" is absent on purpose: it is
+# a SciPy name, and in SciPy it repeats the edge sample, unlike torch's.)
+_FOREIGN_MODES = {
+    "replicate": ("nearest", "torch.nn.functional.pad"),
+    "circular": ("wrap", "torch.nn.functional.pad"),
+    "zeros": ("constant", "torch"),
+    "border": ("nearest", "torch.nn.functional.grid_sample"),
+    "reflection": ("mirror", "torch.nn.functional.grid_sample"),
+    "edge": ("nearest", "numpy.pad"),
+    "symmetric": ("reflect", "numpy.pad"),
+    "border_reflect": ("reflect", "OpenCV"),
+    "border_reflect_101": ("mirror", "OpenCV"),
+    "border_reflect101": ("mirror", "OpenCV"),
+    "reflect_101": ("mirror", "OpenCV"),
+    "reflect101": ("mirror", "OpenCV"),
+    "border_default": ("mirror", "OpenCV"),
+    "border_replicate": ("nearest", "OpenCV"),
+    "border_wrap": ("wrap", "OpenCV"),
+    "border_constant": ("constant", "OpenCV"),
+}
+
+_ACCEPTED = ", ".join(repr(m) for m in MODES)
+
+
+def canonical_mode(mode: str) -> str:
+    """Return the canonical SciPy mode for ``mode`` or raise.
+
+    Raises:
+        TypeError: ``mode`` is not a string.
+        ValueError: ``mode`` is unknown; a torch/NumPy/OpenCV name gets the
+            SciPy equivalent suggested.
+    """
+    if not isinstance(mode, str):
+        raise TypeError(f"mode must be a str, one of {_ACCEPTED}; got {type(mode).__name__}")
+    try:
+        return MODES[mode]
+    except KeyError:
+        pass
+    key = mode.lower().replace("cv2.", "").replace("-", "_")
+    if key in _FOREIGN_MODES:
+        scipy_name, origin = _FOREIGN_MODES[key]
+        raise ValueError(
+            f"mode={mode!r} is a {origin} name; torchfilters uses scipy.ndimage mode names: "
+            f"use mode={scipy_name!r} for the same boundary (accepted: {_ACCEPTED})"
+        )
+    raise ValueError(f"unknown mode={mode!r}; accepted: {_ACCEPTED}")
+
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_input(input, name: str = "input") -> torch.Tensor:
+    """Validate an image tensor shaped ``(..., H, W)``; promote integers to float32.
+
+    Raises:
+        TypeError: not a tensor, or a bool/complex/unsupported dtype.
+        ValueError: fewer than 2 dimensions.
+    """
+    if not isinstance(input, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor shaped (..., H, W); got {type(input).__name__}")
+    dtype = input.dtype
+    if dtype not in _FLOATS:
+        if dtype == torch.bool or dtype.is_complex:
+            raise TypeError(
+                f"{name} has dtype {dtype}, which torchfilters does not filter; "
+                "convert it to a floating dtype (float16, bfloat16, float32 or float64) first"
+            )
+        if dtype.is_floating_point:  # float8 and friends
+            raise TypeError(
+                f"{name} has dtype {dtype}; supported are float16, bfloat16, float32, float64 and integers"
+            )
+        # integers (uint8, int16, ...): promote, never wrap around
+        input = input.to(torch.float32)
+    if input.dim() < 2:
+        raise ValueError(
+            f"{name} must have at least 2 dimensions (..., H, W); got shape {tuple(input.shape)}"
+        )
+    return input
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 stays float64; everything else is computed in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def check_cval(cval) -> float:
+    if isinstance(cval, bool) or not isinstance(cval, Real):
+        raise TypeError(f"cval must be a real number; got {type(cval).__name__}")
+    return float(cval)
+
+
+def check_real(value, name: str, *, allow_inf: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real):
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex:
+            value = value.item()
+        else:
+            raise TypeError(f"{name} must be a real number; got {type(value).__name__}")
+    value = float(value)
+    if math.isnan(value) or (not allow_inf and math.isinf(value)):
+        raise ValueError(f"{name} must be a finite number; got {value}")
+    return value
+
+
+def pair(value, name: str):
+    """A scalar or a length-2 sequence -> tuple (for y/H, x/W)."""
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2:
+            raise ValueError(f"{name} must be a scalar or a pair (y, x) for axes (-2, -1); got {value!r}")
+        return tuple(value)
+    return (value, value)
+
+
+def check_axis(axis) -> int:
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise TypeError(f"axis must be an int, -1 (x, W) or -2 (y, H); got {type(axis).__name__}")
+    if axis not in (-1, -2):
+        raise ValueError(
+            f"axis must be -1 (x, W) or -2 (y, H); got {axis}. Filters act on the last two "
+            "axes; use negative indices so leading batch axes do not matter"
+        )
+    return axis
+
+
+def check_out(out, shape, dtype, device, name: str = "out") -> None:
+    if out is None:
+        return
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None; got {type(out).__name__}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(out.shape)}; expected {tuple(shape)}")
+    if out.dtype != dtype:
+        raise TypeError(f"{name} has dtype {out.dtype}; expected {dtype}")
+    if out.device != device:
+        raise ValueError(f"{name} is on {out.device}; expected {device}")

@@ -1,0 +1,93 @@
+"""Backend dispatch: device, dtype -> engine.
+
+Engines (each a module with ``filter_forward``, ``filter_backward``,
+``blur_forward``, ``blur_backward`` and ``available``):
+
+* ``reference`` -- pure PyTorch, any device and dtype; the oracle.
+* ``cpu`` -- fused numba kernels for CPU tensors.
+* ``triton`` -- fused Triton kernels for CUDA tensors (and CPU tensors under
+  ``TRITON_INTERPRET=1``).
+
+``backend="auto"`` (the default) picks the fastest engine available for the
+tensor.  ``TORCHFILTERS_BACKEND=reference|cpu|triton`` in the environment, or
+the ``backend=`` keyword of every op, forces one; a forced engine that cannot
+run raises :class:`BackendUnavailableError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import torch
+
+__all__ = ["BACKENDS", "BackendUnavailableError", "resolve", "get"]
+
+BACKENDS = ("auto", "reference", "cpu", "triton")
+
+_MODULES = {"reference": ".reference", "cpu": ".cpu", "triton": ".triton"}
+_loaded: dict = {}
+_import_errors: dict = {}
+
+
+class BackendUnavailableError(RuntimeError):
+    """A backend was asked for (keyword or ``TORCHFILTERS_BACKEND``) but cannot run."""
+
+
+def check_backend(backend) -> str:
+    if backend is None:
+        return "auto"
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {backend!r}")
+    return backend
+
+
+def get(name: str):
+    """Import (once) and return a backend module, or None when it cannot be imported."""
+    if name in _loaded:
+        return _loaded[name]
+    try:
+        mod = importlib.import_module(_MODULES[name], __name__)
+    except ImportError as e:  # numba / triton missing
+        _import_errors[name] = e
+        mod = None
+    _loaded[name] = mod
+    return mod
+
+
+def _env_backend() -> str:
+    value = os.environ.get("TORCHFILTERS_BACKEND", "auto") or "auto"
+    if value not in BACKENDS:
+        raise ValueError(
+            f"TORCHFILTERS_BACKEND={value!r} is not a backend; use one of {', '.join(map(repr, BACKENDS))}"
+        )
+    return value
+
+
+def resolve(backend: str, device: torch.device, dtype: torch.dtype):
+    """Return the backend module that runs a tensor of ``device``/``dtype``."""
+    name = backend if backend != "auto" else _env_backend()
+    if name == "auto":
+        if device.type == "cpu":
+            order = ("cpu", "reference")
+        elif device.type == "cuda":
+            order = ("triton", "reference")
+        else:
+            order = ("reference",)
+        for cand in order:
+            mod = get(cand)
+            if mod is not None and mod.available(device, dtype):
+                return mod
+        return get("reference")
+    mod = get(name)
+    if mod is None:
+        raise BackendUnavailableError(
+            f"backend {name!r} cannot be imported ({_import_errors.get(name)}); "
+            f"install its dependency (numba for 'cpu', triton for 'triton') or use backend='reference'"
+        )
+    if not mod.available(device, dtype):
+        hint = getattr(mod, "UNAVAILABLE_HINT", "")
+        raise BackendUnavailableError(
+            f"backend {name!r} cannot run a {dtype} tensor on {device}{hint}; use backend='auto' or 'reference'"
+        )
+    return mod

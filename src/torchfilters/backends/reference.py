@@ -1,0 +1,256 @@
+"""Pure-PyTorch reference engine: any device, any dtype; the oracle for the fused backends.
+
+Boundary modes are built by folding indices (:func:`fold_indices`) and
+gathering, never with ``F.pad`` (which refuses a radius larger than the image
+and names the modes differently).  Gradients come from autograd through the
+same code, with the magnitude/direction epilogues written so that their
+gradient is 0 -- not NaN -- where the gradient vector vanishes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .._spec import BlurSpec, FilterSpec, Stencil
+from .._validate import compute_dtype
+
+NAME = "reference"
+
+
+def fold_indices(n: int, start: int, length: int, mode: str, device=None) -> torch.Tensor:
+    """Indices into an axis of size ``n`` for positions ``start .. start+length-1``.
+
+    Positions outside ``[0, n)`` are folded back as ``scipy.ndimage`` does
+    (formulas as in CuPy's ``cupyx.scipy.ndimage._util``).  In ``constant``
+    mode they map to ``n``: the caller appends one ``cval`` slot there.
+    """
+    i = torch.arange(start, start + length, device=device)
+    if mode == "reflect":  # d c b a | a b c d | d c b a
+        p = 2 * n
+        i = i % p
+        return torch.where(i >= n, p - 1 - i, i)
+    if mode == "mirror":  # d c b | a b c d | c b a
+        if n == 1:
+            return torch.zeros_like(i)
+        p = 2 * n - 2
+        i = i % p
+        return torch.where(i >= n, p - i, i)
+    if mode == "nearest":
+        return i.clamp(0, n - 1)
+    if mode == "wrap":
+        return i % n
+    if mode == "constant":
+        return torch.where((i < 0) | (i >= n), n, i)
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+def _pad(x: torch.Tensor, dim: int, lo: int, hi: int, mode: str, cval: float) -> torch.Tensor:
+    """Extend ``x`` along ``dim`` by ``-lo`` before and ``hi`` after (offsets may be any sign)."""
+    n = x.shape[dim]
+    idx = fold_indices(n, lo, n + hi - lo, mode, device=x.device)
+    if mode == "constant":
+        shape = list(x.shape)
+        shape[dim] = 1
+        x = torch.cat([x, x.new_full(shape, cval)], dim)
+    return x.index_select(dim, idx)
+
+
+def _pass1d(x: torch.Tensor, dim: int, lo: int, taps, mode: str, cval: float) -> torch.Tensor:
+    n = x.shape[dim]
+    k = len(taps)
+    xp = _pad(x, dim, lo, lo + k - 1, mode, cval)
+    out = None
+    for j, w in enumerate(taps):
+        if w == 0.0:
+            continue
+        term = xp.narrow(dim, j, n) * w
+        out = term if out is None else out + term
+    return out if out is not None else torch.zeros_like(x)
+
+
+def apply_stencil(x: torch.Tensor, st: Stencil, mode: str, cval: float) -> torch.Tensor:
+    """Evaluate one stencil on ``x`` shaped ``(..., H, W)`` (already in compute dtype)."""
+    if st.kind == "sep":
+        for p in st.passes:
+            x = _pass1d(x, p.axis, p.lo, p.taps, mode, cval)
+        return x
+    kh, kw = len(st.taps), len(st.taps[0])
+    (ly, lx) = st.lo
+    H, W = x.shape[-2:]
+    xp = _pad(_pad(x, -2, ly, ly + kh - 1, mode, cval), -1, lx, lx + kw - 1, mode, cval)
+    lead = xp.shape[:-2]
+    w = torch.tensor(st.taps, dtype=x.dtype, device=x.device).view(1, 1, kh, kw)
+    y = F.conv2d(xp.reshape(-1, 1, H + kh - 1, W + kw - 1), w)  # conv2d correlates
+    return y.reshape(*lead, H, W)
+
+
+def _magnitude(ys):
+    s = ys[0] * ys[0]
+    for y in ys[1:]:
+        s = s + y * y
+    zero = s == 0
+    # double where: exact sqrt forward, gradient 0 (not NaN) where s == 0
+    return torch.where(zero, torch.zeros_like(s), torch.sqrt(torch.where(zero, torch.ones_like(s), s)))
+
+
+def _direction(y0, y1):
+    zero = (y0 == 0) & (y1 == 0)
+    safe = torch.atan2(torch.where(zero, torch.zeros_like(y0), y0), torch.where(zero, torch.ones_like(y1), y1))
+    return torch.where(zero, torch.atan2(y0.detach(), y1.detach()), safe)
+
+
+def filter_compute(x: torch.Tensor, spec: FilterSpec) -> torch.Tensor:
+    """Differentiable evaluation in ``x``'s dtype (the compute dtype)."""
+    ys = [apply_stencil(x, st, spec.mode, spec.cval) for st in spec.stencils]
+    if spec.epilogue == "magnitude":
+        return _magnitude(ys)
+    if spec.epilogue == "direction":
+        return _direction(ys[0], ys[1])
+    if len(ys) == 1:
+        return ys[0]
+    return torch.stack(ys, dim=-3)
+
+
+def border_mask(H: int, W: int, st: Stencil, device) -> torch.Tensor:
+    """True where the stencil's footprint stays inside the image."""
+    (ly, hy), (lx, hx) = st.extent(-2), st.extent(-1)
+    r = torch.arange(H, device=device)
+    c = torch.arange(W, device=device)
+    rows = (r + ly >= 0) & (r + hy <= H - 1)
+    cols = (c + lx >= 0) & (c + hx <= W - 1)
+    return rows[:, None] & cols[None, :]
+
+
+def blur_mask(x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
+    m = (x >= threshold) if mask is None else mask.to(device=x.device, dtype=torch.bool)
+    if spec.keep_border:
+        m = m & border_mask(x.shape[-2], x.shape[-1], spec.stencil, x.device)
+    return m
+
+
+def blur_compute(x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
+    m = blur_mask(x, mask, spec, threshold)
+    if not spec.normalized:
+        b = apply_stencil(x, spec.stencil, spec.mode, spec.cval)
+        return torch.where(m, b, x)
+    mf = m.to(x.dtype)
+    # outside the image nothing is masked: in constant mode cval never enters the mean
+    num = apply_stencil(x * mf, spec.stencil, spec.mode, 0.0)
+    den = apply_stencil(mf, spec.stencil, spec.mode, 0.0)
+    use = m & (den > 0)
+    return torch.where(use, num / torch.where(use, den, torch.ones_like(den)), x)
+
+
+# ----------------------------------------------------------------------------
+# adjoints (explicit: the engines run below autograd, so the backward is code too)
+
+
+def _pass1d_adjoint(g: torch.Tensor, dim: int, lo: int, taps, mode: str) -> torch.Tensor:
+    n = g.shape[dim]
+    k = len(taps)
+    shape = list(g.shape)
+    shape[dim] = n + k - 1
+    gp = g.new_zeros(shape)
+    for j, w in enumerate(taps):
+        if w != 0.0:
+            gp.narrow(dim, j, n).add_(g, alpha=w)
+    return _unpad(gp, dim, n, lo, lo + k - 1, mode)
+
+
+def _unpad(gp: torch.Tensor, dim: int, n: int, lo: int, hi: int, mode: str) -> torch.Tensor:
+    """Adjoint of :func:`_pad`: sum every padded position back onto the sample it copies."""
+    idx = fold_indices(n, lo, n + hi - lo, mode, device=gp.device)
+    shape = list(gp.shape)
+    shape[dim] = n + 1 if mode == "constant" else n
+    gx = gp.new_zeros(shape).index_add_(dim, idx, gp)
+    return gx.narrow(dim, 0, n)
+
+
+def apply_stencil_adjoint(g: torch.Tensor, st: Stencil, mode: str) -> torch.Tensor:
+    """``A^T g`` for the linear part of :func:`apply_stencil` (``cval`` adds a constant only)."""
+    if st.kind == "sep":
+        for p in reversed(st.passes):
+            g = _pass1d_adjoint(g, p.axis, p.lo, p.taps, mode)
+        return g
+    kh, kw = len(st.taps), len(st.taps[0])
+    (ly, lx) = st.lo
+    H, W = g.shape[-2:]
+    lead = g.shape[:-2]
+    w = torch.tensor(st.taps, dtype=g.dtype, device=g.device).view(1, 1, kh, kw)
+    gp = F.conv_transpose2d(g.reshape(-1, 1, H, W), w).reshape(*lead, H + kh - 1, W + kw - 1)
+    return _unpad(_unpad(gp, -1, W, lx, lx + kw - 1, mode), -2, H, ly, ly + kh - 1, mode)
+
+
+def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec) -> torch.Tensor:
+    """Gradient with respect to ``x`` of :func:`filter_compute` (both in compute dtype)."""
+    sts = spec.stencils
+    if spec.epilogue == "stack":
+        gs = [g] if len(sts) == 1 else list(g.unbind(-3))
+    else:
+        ys = [apply_stencil(x, st, spec.mode, spec.cval) for st in sts]
+        if spec.epilogue == "magnitude":
+            m = _magnitude(ys)
+            zero = m == 0
+            scale = torch.where(zero, torch.zeros_like(m), g / torch.where(zero, torch.ones_like(m), m))
+            gs = [scale * y for y in ys]
+        else:  # direction: d atan2(a, b) = (b da - a db) / (a^2 + b^2)
+            a, b = ys
+            r = a * a + b * b
+            zero = r == 0
+            scale = torch.where(zero, torch.zeros_like(r), g / torch.where(zero, torch.ones_like(r), r))
+            gs = [scale * b, -scale * a]
+    out = None
+    for gk, st in zip(gs, sts):
+        t = apply_stencil_adjoint(gk, st, spec.mode)
+        out = t if out is None else out + t
+    return out
+
+
+def blur_vjp(g: torch.Tensor, x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
+    m = blur_mask(x, mask, spec, threshold)
+    zero = torch.zeros_like(g)
+    if not spec.normalized:
+        return apply_stencil_adjoint(torch.where(m, g, zero), spec.stencil, spec.mode) + torch.where(m, zero, g)
+    mf = m.to(x.dtype)
+    den = apply_stencil(mf, spec.stencil, spec.mode, 0.0)
+    use = m & (den > 0)
+    gd = torch.where(use, g / torch.where(use, den, torch.ones_like(den)), zero)
+    return mf * apply_stencil_adjoint(gd, spec.stencil, spec.mode) + torch.where(use, zero, g)
+
+
+# ----------------------------------------------------------------------------
+# backend entry points (called from the custom ops, below autograd)
+
+
+def _run(fn, out, x, *args):
+    """Run ``fn`` on ``x`` (and friends) in the compute dtype; cast back or write ``out``."""
+    dtype = x.dtype
+    cd = compute_dtype(dtype)
+    y = fn(x.to(cd), *args)
+    if out is None:
+        return y.to(dtype)
+    out.copy_(y)
+    return out
+
+
+def filter_forward(x, spec: FilterSpec, out=None):
+    return _run(filter_compute, out, x, spec)
+
+
+def filter_backward(grad, x, spec: FilterSpec, out=None):
+    cd = compute_dtype(x.dtype)
+    return _run(lambda g, xx: filter_vjp(g, xx, spec), out, grad.to(cd), x.to(cd)).to(x.dtype)
+
+
+def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
+    return _run(blur_compute, out, x, mask, spec, threshold)
+
+
+def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
+    cd = compute_dtype(x.dtype)
+    return _run(lambda g, xx: blur_vjp(g, xx, mask, spec, threshold), out, grad.to(cd), x.to(cd)).to(x.dtype)
+
+
+def available(device: torch.device, dtype: torch.dtype) -> bool:
+    return True

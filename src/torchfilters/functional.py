@@ -1,0 +1,747 @@
+"""Public filters on tensors shaped ``(..., H, W)``.
+
+Every function filters the last two axes -- ``H`` (axis -2, y, rows) and
+``W`` (axis -1, x, columns) -- and treats leading axes as independent images.
+Semantics are ``scipy.ndimage``'s, applied to each ``(H, W)`` slice: the same
+mode names and meanings, any kernel radius on any image size (a radius larger
+than the image and 1x1 images included).
+
+Common arguments:
+
+* ``mode``: ``'reflect'`` (default; ``d c b a | a b c d | d c b a``),
+  ``'mirror'`` (``d c b | a b c d | c b a``), ``'nearest'``
+  (``a a a | a b c d | d d d``), ``'wrap'`` (``a b c d | a b c d | a b c d``)
+  or ``'constant'`` (``k k k | a b c d | k k k`` with ``k = cval``); SciPy's
+  aliases ``'grid-mirror'``, ``'grid-wrap'`` and ``'grid-constant'`` are
+  accepted.  torch/OpenCV names raise ``ValueError`` naming the SciPy mode.
+* ``cval``: the fill value of ``mode='constant'``.
+* dtypes: float16, bfloat16, float32 and float64 are returned in the same
+  dtype and computed in float32 (float64 for float64); integer tensors are
+  promoted to float32 (no wrap-around, unlike SciPy's uint8 output); bool and
+  complex raise ``TypeError``.
+* ``out``: a tensor of the result's shape and dtype to write into; it is
+  returned.  ``out`` is the only in-place path: inputs are never modified.
+  Not differentiable (like ``torch``'s ``out=``).
+* ``backend``: ``None``/``'auto'``, ``'reference'``, ``'cpu'`` or
+  ``'triton'`` (see :mod:`torchfilters.backends`).
+
+Gradients with respect to the input are exact (``gradcheck`` in float64)
+and finite everywhere; filter weights are constants.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from numbers import Integral, Real
+from typing import Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from . import _ops, _spec, kernels
+from ._spec import BlurSpec, FilterSpec
+from ._validate import canonical_mode, check_axis, check_cval, check_input, check_out, check_real, pair
+from .backends import check_backend
+
+__all__ = [
+    "correlate",
+    "convolve",
+    "correlate1d",
+    "convolve1d",
+    "derivative",
+    "gradient",
+    "gradient_magnitude",
+    "gradient_direction",
+    "sobel",
+    "prewitt",
+    "scharr",
+    "gaussian_filter",
+    "gaussian_gradient_magnitude",
+    "selective_blur",
+]
+
+Number = Union[int, float]
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _run_filter(x: Tensor, spec: FilterSpec, out: Optional[Tensor], backend) -> Tensor:
+    backend = check_backend(backend)
+    text = _spec.encode(spec)
+    if out is None:
+        return _ops.filter_op(x, text, backend)
+    check_out(out, spec.out_shape(x.shape), x.dtype, x.device)
+    _no_grad_out(x)
+    _ops.filter_out_op(x, text, backend, out)
+    return out
+
+
+def _no_grad_out(*tensors):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise RuntimeError(
+            "out= does not support automatic differentiation: the input requires grad; "
+            "call without out= (or under torch.no_grad())"
+        )
+
+
+def _weights_tuple(weights, ndim: int, name: str = "weights"):
+    if isinstance(weights, Tensor):
+        if weights.requires_grad:
+            raise ValueError(
+                f"{name} requires grad, but torchfilters treats filter weights as constants "
+                f"(gradients flow to the input only); pass {name}.detach()"
+            )
+        if weights.dtype == torch.bool or weights.dtype.is_complex:
+            raise TypeError(f"{name} must be real; got dtype {weights.dtype}")
+        arr = weights.detach().to("cpu", torch.float64)
+    else:
+        try:
+            arr = torch.as_tensor(weights, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise TypeError(f"{name} must be a tensor or a nested sequence of numbers ({e})") from None
+    if arr.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D; got shape {tuple(arr.shape)}")
+    if any(s == 0 for s in arr.shape):
+        raise ValueError(f"{name} must not be empty; got shape {tuple(arr.shape)}")
+    return arr
+
+
+def _check_origin(origin, k: int, name: str = "origin") -> int:
+    if isinstance(origin, bool) or not isinstance(origin, Integral):
+        raise TypeError(f"{name} must be an int; got {type(origin).__name__}")
+    origin = int(origin)
+    if origin < -(k // 2) or origin > (k - 1) // 2:
+        raise ValueError(
+            f"invalid {name}={origin} for a kernel of size {k}: it must satisfy "
+            f"-(size // 2) <= {name} <= (size - 1) // 2, i.e. {-(k // 2)} .. {(k - 1) // 2}"
+        )
+    return origin
+
+
+def _prep(input, mode, cval):
+    return check_input(input), canonical_mode(mode), check_cval(cval)
+
+
+# ------------------------------------------------------------ correlate family
+
+
+def _correlate2d(input, weights, mode, cval, origin, out, backend, flip: bool):
+    x, mode, cval = _prep(input, mode, cval)
+    w = _weights_tuple(weights, 2)
+    origins = list(pair(origin, "origin"))
+    if flip:  # scipy.ndimage.convolve: flip the kernel, mirror the origin
+        w = w.flip(0, 1)
+        for i in range(2):
+            origins[i] = -int(origins[i])
+            if not w.shape[i] & 1:
+                origins[i] -= 1
+    kh, kw = w.shape
+    oy = _check_origin(origins[0], kh)
+    ox = _check_origin(origins[1], kw)
+    st = _spec.dense(w.tolist(), (_spec.centered_lo(kh, oy), _spec.centered_lo(kw, ox)))
+    return _run_filter(x, FilterSpec(mode, cval, "stack", (st,)), out, backend)
+
+
+def correlate(
+    input: Tensor,
+    weights,
+    *,
+    mode: str = "reflect",
+    cval: float = 0.0,
+    origin: Union[int, Sequence[int]] = 0,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Correlate each ``(H, W)`` slice with a 2-D kernel (the kernel is not flipped).
+
+    ``y[i, j] = sum_{a, b} weights[a, b] * x[i + a - kh//2 - oy, j + b - kw//2 - ox]``
+    with out-of-image samples given by ``mode``.
+
+    Args:
+        input: ``(..., H, W)`` tensor (at least 2-D).
+        weights: ``(kh, kw)`` kernel (tensor or nested sequence), the same for
+            every leading index; any size, also larger than the image.
+        mode, cval: boundary handling (see module docs).
+        origin: int or ``(oy, ox)``; shifts the kernel as in SciPy (positive
+            moves it left/up); must satisfy ``-(k//2) <= origin <= (k-1)//2``.
+        out: optional ``(..., H, W)`` result tensor.
+        backend: engine override.
+
+    Returns:
+        ``(..., H, W)`` tensor of ``input``'s floating dtype.
+
+    Raises:
+        TypeError: bad ``input`` dtype/type or ``weights`` type.
+        ValueError: ``input`` with fewer than 2 dims, ``weights`` not 2-D or
+            empty, unknown ``mode``, invalid ``origin``, mismatched ``out``.
+
+    Equals ``scipy.ndimage.correlate(x, weights, mode=mode, cval=cval,
+    origin=origin)`` on each ``(H, W)`` slice.
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> x = torch.arange(5.0).view(1, 5)
+        >>> tf.correlate(x, [[1.0, 2.0, 3.0]], mode="constant")
+        tensor([[ 8., 14., 20., 26., 11.]])
+    """
+    return _correlate2d(input, weights, mode, cval, origin, out, backend, flip=False)
+
+
+def convolve(
+    input: Tensor,
+    weights,
+    *,
+    mode: str = "reflect",
+    cval: float = 0.0,
+    origin: Union[int, Sequence[int]] = 0,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Convolve each ``(H, W)`` slice with a 2-D kernel (the kernel is flipped).
+
+    Same arguments, errors and shapes as :func:`correlate`.  Equals
+    ``scipy.ndimage.convolve(x, weights, mode=mode, cval=cval, origin=origin)``
+    on each ``(H, W)`` slice (kernel flipped on both axes, origin mirrored,
+    even sizes shifted by one as SciPy does).
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> x = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0]])
+        >>> tf.convolve(x, [[1.0, 2.0, 3.0]], mode="constant")
+        tensor([[0., 1., 2., 3., 0.]])
+    """
+    return _correlate2d(input, weights, mode, cval, origin, out, backend, flip=True)
+
+
+def _correlate1d(input, weights, axis, mode, cval, origin, out, backend, flip: bool):
+    x, mode, cval = _prep(input, mode, cval)
+    axis = check_axis(axis)
+    w = _weights_tuple(weights, 1)
+    if isinstance(origin, bool) or not isinstance(origin, Integral):
+        raise TypeError(f"origin must be an int; got {type(origin).__name__}")
+    origin = int(origin)
+    if flip:  # scipy.ndimage.convolve1d
+        w = w.flip(0)
+        origin = -origin
+        if not len(w) & 1:
+            origin -= 1
+    k = len(w)
+    origin = _check_origin(origin, k)
+    st = _spec.sep((axis, _spec.centered_lo(k, origin), w.tolist()))
+    return _run_filter(x, FilterSpec(mode, cval, "stack", (st,)), out, backend)
+
+
+def correlate1d(
+    input: Tensor,
+    weights,
+    axis: int = -1,
+    *,
+    mode: str = "reflect",
+    cval: float = 0.0,
+    origin: int = 0,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Correlate along one axis (``-1``: x/W, ``-2``: y/H) with 1-D ``weights``.
+
+    Returns ``(..., H, W)``.  Raises ``ValueError`` for an ``axis`` other than
+    -1/-2, non-1-D or empty ``weights``, unknown ``mode`` or invalid
+    ``origin``; ``TypeError`` for bad dtypes.  Equals
+    ``scipy.ndimage.correlate1d(x, weights, axis, mode=mode, cval=cval,
+    origin=origin)``.
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> x = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0]])
+        >>> tf.correlate1d(x, [1.0, 2.0, 3.0], mode="constant")
+        tensor([[0., 3., 2., 1., 0.]])
+    """
+    return _correlate1d(input, weights, axis, mode, cval, origin, out, backend, flip=False)
+
+
+def convolve1d(
+    input: Tensor,
+    weights,
+    axis: int = -1,
+    *,
+    mode: str = "reflect",
+    cval: float = 0.0,
+    origin: int = 0,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Convolve along one axis with 1-D ``weights`` (flipped).
+
+    Same arguments and errors as :func:`correlate1d`.  Equals
+    ``scipy.ndimage.convolve1d(x, weights, axis, mode=mode, cval=cval,
+    origin=origin)``.
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> x = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0]])
+        >>> tf.convolve1d(x, [1.0, 2.0, 3.0], mode="constant")
+        tensor([[0., 1., 2., 3., 0.]])
+    """
+    return _correlate1d(input, weights, axis, mode, cval, origin, out, backend, flip=True)
+
+
+# ----------------------------------------------------------------- derivatives
+
+
+@_spec.cached
+def _derivative_stencil(operator: str, axis: int, normalized: bool):
+    deriv, smooth = kernels.derivative_weights(operator, normalized)
+    passes = [(axis, -(len(deriv) // 2), deriv)]
+    if smooth != (1.0,):  # a 1-tap unit pass is the identity in every mode
+        passes.append((-1 - (axis + 2), -(len(smooth) // 2), smooth))  # the other axis
+    return _spec.sep(*passes)
+
+
+def _check_bool(value, name):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool; got {type(value).__name__}")
+    return value
+
+
+def derivative(
+    input: Tensor,
+    axis: int = -1,
+    *,
+    operator: str = "central",
+    mode: str = "reflect",
+    cval: float = 0.0,
+    normalized: bool = False,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """First derivative along ``axis`` (``-1``: d/dx along W; ``-2``: d/dy along H).
+
+    ``operator``:
+
+    ==========  ======================  ======================
+    operator    along ``axis``          across (smoothing)
+    ==========  ======================  ======================
+    central     ``[-1, 0, 1]``          ``[1]``
+    sobel       ``[-1, 0, 1]``          ``[1, 2, 1]``
+    scharr      ``[-1, 0, 1]``          ``[3, 10, 3]``
+    prewitt     ``[-1, 0, 1]``          ``[1, 1, 1]``
+    ==========  ======================  ======================
+
+    Positive where intensity grows along the axis; the derivative is taken
+    first, then the smoothing (SciPy's order, which matters only for
+    ``mode='constant'`` with ``cval != 0``).  Unnormalised by default (equals
+    ``scipy.ndimage.sobel``/``prewitt``); ``normalized=True`` divides by
+    ``sum|deriv| * sum(smooth)`` -- 2 (central), 8 (sobel), 32 (scharr),
+    6 (prewitt) -- so a unit ramp has slope 1.
+
+    Args:
+        input: ``(..., H, W)``.
+        axis: -1 or -2.
+        operator: ``'central'``, ``'sobel'``, ``'scharr'`` or ``'prewitt'``.
+
+    Returns:
+        ``(..., H, W)``.
+
+    Raises:
+        ValueError: unknown ``operator``/``mode``, ``axis`` not -1/-2,
+            fewer than 2 dims.
+        TypeError: bool/complex ``input``, non-bool ``normalized``.
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> x = torch.tensor([[1, 2, 3, 4, 4, 3, 2, 1]], dtype=torch.uint8)
+        >>> tf.derivative(x)
+        tensor([[ 1.,  2.,  2.,  1., -1., -2., -2., -1.]])
+    """
+    x, mode, cval = _prep(input, mode, cval)
+    st = _derivative_stencil(kernels.check_operator(operator), check_axis(axis), _check_bool(normalized, "normalized"))
+    return _run_filter(x, FilterSpec(mode, cval, "stack", (st,)), out, backend)
+
+
+def gradient(
+    input: Tensor,
+    *,
+    operator: str = "central",
+    mode: str = "reflect",
+    cval: float = 0.0,
+    normalized: bool = False,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Both derivatives, stacked: returns ``(..., 2, H, W)`` with index 0 = d/dy, 1 = d/dx.
+
+    Same operators, arguments and errors as :func:`derivative`; one fused pass.
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> x = torch.arange(5.0).repeat(5, 1)       # f[i, j] = j
+        >>> tf.gradient(x, operator="sobel", normalized=True)[..., 1, 2, 2]
+        tensor(1.)
+    """
+    x, mode, cval = _prep(input, mode, cval)
+    op = kernels.check_operator(operator)
+    n = _check_bool(normalized, "normalized")
+    sts = (_derivative_stencil(op, -2, n), _derivative_stencil(op, -1, n))
+    return _run_filter(x, FilterSpec(mode, cval, "stack", sts), out, backend)
+
+
+def gradient_magnitude(
+    input: Tensor,
+    *,
+    operator: str = "central",
+    mode: str = "reflect",
+    cval: float = 0.0,
+    normalized: bool = False,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Gradient magnitude ``sqrt((d/dy)^2 + (d/dx)^2)`` in one fused pass.
+
+    The forward is the exact square root (no epsilon).  Its gradient is
+    ``g / |g|`` pushed back through the derivative stencils where ``|g| > 0``
+    and **0 where** ``|g| = 0`` (plain autograd of ``sqrt`` gives NaN on flat
+    regions).
+
+    With ``operator='sobel'`` this equals
+    ``scipy.ndimage.generic_gradient_magnitude(x, scipy.ndimage.sobel)`` per
+    ``(H, W)`` slice.  Same arguments and errors as :func:`derivative`.
+
+    Returns:
+        ``(..., H, W)``.
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> x = torch.full((1, 1, 5, 5), 0.5, requires_grad=True)
+        >>> y = tf.gradient_magnitude(x, operator="sobel")
+        >>> y.sum().backward()
+        >>> float(y.abs().max()), float(x.grad.abs().max())
+        (0.0, 0.0)
+    """
+    x, mode, cval = _prep(input, mode, cval)
+    op = kernels.check_operator(operator)
+    n = _check_bool(normalized, "normalized")
+    sts = (_derivative_stencil(op, -2, n), _derivative_stencil(op, -1, n))
+    return _run_filter(x, FilterSpec(mode, cval, "magnitude", sts), out, backend)
+
+
+def gradient_direction(
+    input: Tensor,
+    *,
+    operator: str = "central",
+    mode: str = "reflect",
+    cval: float = 0.0,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Gradient direction ``atan2(d/dy, d/dx)`` in radians, in ``[-pi, pi]``.
+
+    The y axis points down (rows grow downwards), so a ramp increasing with
+    the row index gives ``+pi/2``.  Where both derivatives are 0 the value is
+    ``atan2(0, 0)`` (0, or +-pi for signed zeros, as :func:`torch.atan2`) and
+    the gradient is 0.  Same arguments and errors as :func:`derivative`.
+
+    Returns:
+        ``(..., H, W)``.
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> x = torch.arange(5.0).repeat(5, 1).T      # grows along y
+        >>> float(tf.gradient_direction(x, operator="sobel")[2, 2])
+        1.5707963705062866
+    """
+    x, mode, cval = _prep(input, mode, cval)
+    op = kernels.check_operator(operator)
+    sts = (_derivative_stencil(op, -2, False), _derivative_stencil(op, -1, False))
+    return _run_filter(x, FilterSpec(mode, cval, "direction", sts), out, backend)
+
+
+def _named_operator(operator: str):
+    def fn(
+        input: Tensor,
+        axis: int = -1,
+        *,
+        mode: str = "reflect",
+        cval: float = 0.0,
+        out: Optional[Tensor] = None,
+        backend: Optional[str] = None,
+    ) -> Tensor:
+        return derivative(input, axis, operator=operator, mode=mode, cval=cval, out=out, backend=backend)
+
+    fn.__name__ = fn.__qualname__ = operator
+    return fn
+
+
+sobel = _named_operator("sobel")
+sobel.__doc__ = """Sobel derivative along ``axis``: ``[-1, 0, 1]`` along it, ``[1, 2, 1]`` across.
+
+Equals ``scipy.ndimage.sobel(x, axis=axis, mode=mode, cval=cval)`` per
+``(H, W)`` slice.  ``(..., H, W)`` in and out; errors as :func:`derivative`.
+
+Example:
+    >>> import torch, torchfilters as tf
+    >>> tf.sobel(torch.arange(5.0).repeat(5, 1))[0]
+    tensor([4., 8., 8., 8., 4.])
+"""
+prewitt = _named_operator("prewitt")
+prewitt.__doc__ = """Prewitt derivative along ``axis``: ``[-1, 0, 1]`` along it, ``[1, 1, 1]`` across.
+
+Equals ``scipy.ndimage.prewitt(x, axis=axis, mode=mode, cval=cval)`` per
+``(H, W)`` slice.  ``(..., H, W)`` in and out; errors as :func:`derivative`.
+
+Example:
+    >>> import torch, torchfilters as tf
+    >>> tf.prewitt(torch.arange(5.0).repeat(5, 1))[0]
+    tensor([3., 6., 6., 6., 3.])
+"""
+scharr = _named_operator("scharr")
+scharr.__doc__ = """Scharr derivative along ``axis``: ``[-1, 0, 1]`` along it, ``[3, 10, 3]`` across.
+
+The unnormalised Scharr operator (Scharr 2000; as OpenCV's ``Scharr``, but
+with SciPy's boundary modes).  ``(..., H, W)`` in and out; errors as
+:func:`derivative`.
+
+Example:
+    >>> import torch, torchfilters as tf
+    >>> tf.scharr(torch.arange(5.0).repeat(5, 1))[0]
+    tensor([16., 32., 32., 32., 16.])
+"""
+
+
+# -------------------------------------------------------------------- Gaussian
+
+
+def _check_sigma(sigma):
+    out = []
+    for s in pair(sigma, "sigma"):
+        s = check_real(s, "sigma")
+        if not (s >= 0 and math.isfinite(s)):
+            raise ValueError(f"sigma must be finite and >= 0 (in pixels); got {s}")
+        out.append(s)
+    return tuple(out)
+
+
+def _check_order(order):
+    out = []
+    for o in pair(order, "order"):
+        if isinstance(o, bool) or not isinstance(o, Integral):
+            raise TypeError(f"order must be an int >= 0 or a pair of them; got {o!r}")
+        if o < 0:
+            raise ValueError(f"order must be >= 0 (0: smooth, 1: first derivative, 2: second); got {o}")
+        out.append(int(o))
+    return tuple(out)
+
+
+def _gaussian_radii(sigmas, truncate, radius):
+    truncate = check_real(truncate, "truncate", allow_inf=False)
+    if truncate < 0:
+        raise ValueError(f"truncate must be >= 0; got {truncate}")
+    if radius is None:
+        return tuple(kernels.gaussian_radius(s, truncate) for s in sigmas)
+    radii = []
+    for r in pair(radius, "radius"):
+        if isinstance(r, bool) or not isinstance(r, Integral) or r < 0:
+            raise ValueError(f"radius must be a non-negative int or a pair of them; got {r!r}")
+        radii.append(int(r))
+    return tuple(radii)
+
+
+@_spec.cached
+def _gaussian_stencil(sigmas, orders, radii):
+    passes = []
+    for axis, s, o, r in zip((-2, -1), sigmas, orders, radii):
+        if s > 1e-15:  # SciPy skips axes with sigma ~ 0
+            passes.append((axis, -r, kernels.gaussian_kernel1d(s, o, r)))
+    return _spec.sep(*passes)
+
+
+def gaussian_filter(
+    input: Tensor,
+    sigma: Union[Number, Sequence[Number]],
+    *,
+    order: Union[int, Sequence[int]] = 0,
+    mode: str = "reflect",
+    cval: float = 0.0,
+    truncate: float = 4.0,
+    radius: Union[None, int, Sequence[int]] = None,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Gaussian filter of each ``(H, W)`` slice: two 1-D passes, along H then W.
+
+    Args:
+        input: ``(..., H, W)``.
+        sigma: standard deviation in pixels, scalar or ``(sigma_y, sigma_x)``;
+            an axis with sigma 0 is not filtered, and ``sigma=0`` returns a
+            copy of the input.
+        order: 0 (smooth), 1 or 2 (derivative of the Gaussian), per axis or
+            a pair; the kernel is SciPy's.
+        truncate: kernel radius in sigmas: ``radius = int(truncate*sigma + 0.5)``.
+        radius: explicit radius (int or pair); overrides ``truncate``.
+
+    Returns:
+        ``(..., H, W)``.
+
+    Raises:
+        ValueError: negative, NaN or infinite ``sigma``; negative
+            ``order``/``truncate``/``radius``; unknown ``mode``.
+        TypeError: bad dtypes; non-int ``order``.
+
+    Equals ``scipy.ndimage.gaussian_filter(x, sigma, order=order, mode=mode,
+    cval=cval, truncate=truncate, radius=radius, axes=(-2, -1))``.
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> tf.gaussian_filter(torch.tensor([[1.0, 2.0, 3.0]]), 2.0)
+        tensor([[1.8884, 2.0000, 2.1116]])
+    """
+    x, mode, cval = _prep(input, mode, cval)
+    sigmas = _check_sigma(sigma)
+    st = _gaussian_stencil(sigmas, _check_order(order), _gaussian_radii(sigmas, truncate, radius))
+    if st.is_identity():
+        if out is None:
+            return x.clone(memory_format=torch.contiguous_format)
+        check_out(out, x.shape, x.dtype, x.device)
+        _no_grad_out(x)
+        return out.copy_(x)
+    return _run_filter(x, FilterSpec(mode, cval, "stack", (st,)), out, backend)
+
+
+def gaussian_gradient_magnitude(
+    input: Tensor,
+    sigma: Union[Number, Sequence[Number]],
+    *,
+    mode: str = "reflect",
+    cval: float = 0.0,
+    truncate: float = 4.0,
+    radius: Union[None, int, Sequence[int]] = None,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Gradient magnitude with Gaussian derivatives, in one fused pass.
+
+    ``sqrt(gaussian_filter(x, sigma, order=(1, 0))**2 + gaussian_filter(x,
+    sigma, order=(0, 1))**2)``; gradient 0 where the magnitude is 0.  Equals
+    ``scipy.ndimage.gaussian_gradient_magnitude(x, sigma, axes=(-2, -1),
+    ...)``.  Arguments and errors as :func:`gaussian_filter`.
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> x = torch.arange(9.0).repeat(9, 1)
+        >>> round(float(tf.gaussian_gradient_magnitude(x, 1.0)[4, 4]), 4)
+        1.0
+    """
+    x, mode, cval = _prep(input, mode, cval)
+    sigmas = _check_sigma(sigma)
+    radii = _gaussian_radii(sigmas, truncate, radius)
+    sts = (_gaussian_stencil(sigmas, (1, 0), radii), _gaussian_stencil(sigmas, (0, 1), radii))
+    return _run_filter(x, FilterSpec(mode, cval, "magnitude", sts), out, backend)
+
+
+# -------------------------------------------------------------- selective blur
+
+
+def selective_blur(
+    input: Tensor,
+    threshold: float = 0.0,
+    *,
+    mask: Optional[Tensor] = None,
+    sigma: Union[None, Number, Sequence[Number]] = None,
+    weights=None,
+    normalized: bool = False,
+    keep_border: bool = False,
+    mode: str = "reflect",
+    cval: float = 0.0,
+    truncate: float = 4.0,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Blur only the pixels that pass a test, in one fused pass (and one backward).
+
+    The selected pixels are ``m = input >= threshold`` or, when given, the
+    boolean ``mask`` (broadcastable to ``input``; ``threshold`` is then
+    ignored).  The blur kernel is ``weights`` (2-D, centred), a Gaussian of
+    ``sigma`` (with ``truncate``), or by default the 3x3 binomial
+    ``[1, 2, 1]^T [1, 2, 1] / 16``.
+
+    * ``normalized=False`` (blend): ``y = where(m, blur(x), x)``.  The blur
+      reads every neighbour's original value.  Gradient:
+      ``dL/dx = blur^T(m * g) + (1 - m) * g``.
+    * ``normalized=True``: inside the mask, the weighted mean over the *masked*
+      neighbours only, ``blur(m * x) / blur(m)``, so excluded outliers never
+      leak in; pixels with no masked neighbour (``blur(m) = 0``) are kept.
+      Outside the image nothing counts as masked, so ``cval`` is unused.
+      Weights must be non-negative.  Gradients are finite everywhere.
+
+    The mask carries no gradient.  ``keep_border=True`` leaves untouched every
+    pixel whose kernel footprint leaves the image (a band of the kernel
+    radius).
+
+    Args:
+        input: ``(..., H, W)``.
+        threshold: pixels ``>= threshold`` are blurred (NaN pixels never are).
+        mask: optional bool tensor broadcastable to ``input``.
+        sigma / weights: the kernel (at most one of them).
+
+    Returns:
+        ``(..., H, W)``.
+
+    Raises:
+        ValueError: both ``sigma`` and ``weights``; ``mask`` not broadcastable;
+            NaN ``threshold``; negative weights with ``normalized=True``;
+            bad ``sigma``/``mode``.
+        TypeError: non-bool ``mask``; bool/complex ``input``.
+
+    Example (the GAN case):
+        >>> import torch, torchfilters as tf
+        >>> x = torch.tensor([[-1.0, 2.0, 2.0], [2.0, 2.0, 2.0], [2.0, 2.0, 2.0]])
+        >>> tf.selective_blur(x, 0.0)[1, 1]   # the -1 leaks into its neighbours
+        tensor(1.8125)
+        >>> tf.selective_blur(x, 0.0, normalized=True)[1, 1]   # ... but not here
+        tensor(2.)
+    """
+    x, mode, cval = _prep(input, mode, cval)
+    threshold = check_real(threshold, "threshold")
+    normalized = _check_bool(normalized, "normalized")
+    keep_border = _check_bool(keep_border, "keep_border")
+    if sigma is not None and weights is not None:
+        raise ValueError("give at most one of sigma and weights")
+    if weights is not None:
+        w = _weights_tuple(weights, 2)
+        if normalized and bool((w < 0).any()):
+            raise ValueError("normalized=True needs non-negative weights (a weighted mean)")
+        kh, kw = w.shape
+        st = _spec.dense(w.tolist(), (_spec.centered_lo(kh), _spec.centered_lo(kw)))
+    elif sigma is not None:
+        sigmas = _check_sigma(sigma)
+        st = _gaussian_stencil(sigmas, (0, 0), _gaussian_radii(sigmas, truncate, None))
+    else:
+        st = _BINOMIAL
+    if mask is not None:
+        if not isinstance(mask, Tensor):
+            raise TypeError(f"mask must be a bool torch.Tensor; got {type(mask).__name__}")
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask must have dtype torch.bool; got {mask.dtype} (use mask.bool() or mask != 0)")
+        try:
+            shape = torch.broadcast_shapes(mask.shape, x.shape)
+        except RuntimeError:
+            shape = None
+        if shape != x.shape:
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to input of shape {tuple(x.shape)}"
+            )
+        if mask.device != x.device:
+            raise ValueError(f"mask is on {mask.device} but input is on {x.device}")
+        mask = mask.expand(x.shape)
+    spec = _spec.encode(BlurSpec(mode, cval, normalized, keep_border, st))
+    backend = check_backend(backend)
+    if out is None:
+        return _ops.blur_op(x, mask, spec, threshold, backend)
+    check_out(out, x.shape, x.dtype, x.device)
+    _no_grad_out(x)
+    _ops.blur_out_op(x, mask, spec, threshold, backend, out)
+    return out
+
+
+_BINOMIAL = _spec.sep((-2, -1, (0.25, 0.5, 0.25)), (-1, -1, (0.25, 0.5, 0.25)))
