@@ -234,20 +234,32 @@ def _run(fn, out, x, *args):
     return out
 
 
+def _empty(x, shape, out):
+    return x.new_zeros(shape) if out is None else out
+
+
 def filter_forward(x, spec: FilterSpec, out=None):
+    if x.numel() == 0:
+        return _empty(x, spec.out_shape(x.shape), out)
     return _run(filter_compute, out, x, spec)
 
 
 def filter_backward(grad, x, spec: FilterSpec, out=None):
+    if x.numel() == 0:
+        return _empty(x, x.shape, out)
     cd = compute_dtype(x.dtype)
     return _run(lambda g, xx: filter_vjp(g, xx, spec), out, grad.to(cd), x.to(cd)).to(x.dtype)
 
 
 def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
+    if x.numel() == 0:
+        return _empty(x, x.shape, out)
     return _run(blur_compute, out, x, mask, spec, threshold)
 
 
 def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
+    if x.numel() == 0:
+        return _empty(x, x.shape, out)
     cd = compute_dtype(x.dtype)
     return _run(lambda g, xx: blur_vjp(g, xx, mask, spec, threshold), out, grad.to(cd), x.to(cd)).to(x.dtype)
 
