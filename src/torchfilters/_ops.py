@@ -96,6 +96,43 @@ def _filter_grad(ctx, grad):
 filter_op.register_autograd(_filter_grad, setup_context=_filter_setup)
 
 
+def _double_backward(vjp, ctx, ggx, *extra):
+    """Second-order gradients: autograd through the reference engine's explicit VJP.
+
+    Runs at the autograd level (not below it), so plain torch autograd works;
+    double backward is rare (gradient penalties), and exactness matters more
+    than speed there.
+    """
+    from .backends.reference import compute_dtype
+
+    grad, x = ctx.saved_tensors[:2]
+    cd = compute_dtype(x.dtype)
+    with torch.enable_grad():
+        g_ = grad.detach().to(cd).requires_grad_(True)
+        x_ = x.detach().to(cd).requires_grad_(True)
+        gx = vjp(g_, x_, *extra)
+        dg, dx = torch.autograd.grad(gx, (g_, x_), ggx.to(cd), allow_unused=True)
+    dg = torch.zeros_like(grad) if dg is None else dg.to(grad.dtype)
+    dx = torch.zeros_like(x) if dx is None else dx.to(x.dtype)
+    return dg, dx
+
+
+def _filter_bwd_setup(ctx, inputs, output):
+    grad, x, spec, backend = inputs
+    ctx.save_for_backward(grad, x)
+    ctx.spec = spec
+
+
+def _filter_bwd_grad(ctx, ggx):
+    from .backends.reference import filter_vjp
+
+    dg, dx = _double_backward(filter_vjp, ctx, ggx, _spec.decode(ctx.spec))
+    return dg, dx, None, None
+
+
+filter_backward_op.register_autograd(_filter_bwd_grad, setup_context=_filter_bwd_setup)
+
+
 # ------------------------------------------------------------- selective blur
 
 
@@ -147,3 +184,21 @@ def _blur_grad(ctx, grad):
 
 
 blur_op.register_autograd(_blur_grad, setup_context=_blur_setup)
+
+
+def _blur_bwd_setup(ctx, inputs, output):
+    grad, x, mask, spec, threshold, backend = inputs
+    ctx.save_for_backward(grad, x, mask)
+    ctx.args = (spec, threshold)
+
+
+def _blur_bwd_grad(ctx, ggx):
+    from .backends.reference import blur_vjp
+
+    spec, threshold = ctx.args
+    mask = ctx.saved_tensors[2]
+    dg, dx = _double_backward(blur_vjp, ctx, ggx, mask, _spec.decode(spec), threshold)
+    return dg, dx, None, None, None, None
+
+
+blur_backward_op.register_autograd(_blur_bwd_grad, setup_context=_blur_bwd_setup)
