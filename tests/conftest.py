@@ -1,0 +1,281 @@
+"""Shared fixtures and the SciPy oracle for the torchfilters test suite.
+
+The oracle is ``scipy.ndimage`` in float64, applied to each ``(H, W)`` slice
+of a ``(..., H, W)`` array.  Every parity / gradient / dtype test takes the
+``engine`` fixture and passes ``backend=engine`` to the op, so the same tests
+check every engine that can run here.
+
+Adding an engine: append its name to ``CANDIDATE_ENGINES``; it is tested as
+soon as ``torchfilters.backends.get(name)`` imports it.  The environment
+variable ``TORCHFILTERS_TEST_ENGINES=reference,cpu`` restricts the list.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import scipy.ndimage as ndi
+import torch
+
+import torchfilters
+from torchfilters import backends
+
+# --------------------------------------------------------------------- engines
+
+#: engines that run CPU tensors (Triton has its own tests)
+CANDIDATE_ENGINES = ("reference", "cpu")
+
+
+def _engines():
+    names = [b for b in CANDIDATE_ENGINES if torchfilters.backends.get(b) is not None]
+    only = os.environ.get("TORCHFILTERS_TEST_ENGINES")
+    if only:
+        wanted = [s.strip() for s in only.split(",") if s.strip()]
+        names = [b for b in names if b in wanted]
+    return names
+
+
+ENGINES = _engines()
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    """Name of a backend to force with ``backend=engine``."""
+    return request.param
+
+
+def require_dtype(engine: str, dtype: torch.dtype, device: str = "cpu") -> None:
+    """Skip (visibly) when ``engine`` declares it cannot run ``dtype`` tensors."""
+    mod = backends.get(engine)
+    if not mod.available(torch.device(device), dtype):
+        pytest.skip(f"backend {engine!r} does not run {dtype} on {device}")
+
+
+# ----------------------------------------------------------------- constants
+
+#: every mode name we accept, SciPy's grid-* aliases included
+MODES = ("reflect", "mirror", "nearest", "wrap", "constant", "grid-mirror", "grid-constant", "grid-wrap")
+BASE_MODES = ("reflect", "mirror", "nearest", "wrap", "constant")
+#: a non-zero cval, passed to every mode (it must be ignored outside constant)
+CVAL = 1.5
+SIZES = ((1, 1), (1, 5), (5, 1), (2, 3), (7, 9), (28, 28))
+SMALL_SIZES = ((1, 1), (1, 5), (5, 1), (2, 3), (7, 9))
+OPERATORS = ("central", "sobel", "scharr", "prewitt")
+#: the normalisation divisors stated in derivative's docstring
+DIVISORS = {"central": 2.0, "sobel": 8.0, "scharr": 32.0, "prewitt": 6.0}
+SMOOTH = {"central": None, "sobel": [1.0, 2.0, 1.0], "scharr": [3.0, 10.0, 3.0], "prewitt": [1.0, 1.0, 1.0]}
+BINOMIAL = np.outer([1.0, 2.0, 1.0], [1.0, 2.0, 1.0]) / 16.0
+
+
+def size_id(hw):
+    return f"{hw[0]}x{hw[1]}"
+
+
+# --------------------------------------------------------------------- inputs
+
+
+def rand(*shape, seed=0, dtype=torch.float64, low=-1.0, high=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(*shape, generator=g, dtype=torch.float64) * (high - low) + low).to(dtype)
+
+
+def away_from(x: torch.Tensor, threshold: float = 0.0, gap: float = 0.05) -> torch.Tensor:
+    """Push values at least ``gap`` away from ``threshold`` (stable masks under finite differences)."""
+    d = x - threshold
+    return torch.where(d >= 0, threshold + gap + d, threshold - gap + d)
+
+
+def to_np(t) -> np.ndarray:
+    if isinstance(t, torch.Tensor):
+        return t.detach().to("cpu", torch.float64).numpy()
+    return np.asarray(t, dtype=np.float64)
+
+
+# ---------------------------------------------------------------- assertions
+
+
+def assert_close(actual: torch.Tensor, expected, *, rtol=1e-10, scale=None, msg=""):
+    """``|actual - expected| <= rtol * scale`` elementwise, ``scale`` = max(1, max|expected|)."""
+    expected = to_np(expected)
+    got = to_np(actual)
+    assert got.shape == expected.shape, f"shape {got.shape} != {expected.shape} {msg}"
+    if scale is None:
+        scale = max(1.0, float(np.abs(expected).max())) if expected.size else 1.0
+    err = np.abs(got - expected)
+    bad = ~(err <= rtol * scale)
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise AssertionError(
+            f"{int(bad.sum())}/{bad.size} values differ (tol {rtol * scale:.3g}); first at {idx}: "
+            f"got {got[idx]!r}, expected {expected[idx]!r}; max err {np.nanmax(err):.3g} {msg}"
+        )
+
+
+def assert_angles_close(actual, expected, *, atol=1e-9, ignore=None):
+    """Angles equal modulo 2*pi (atan2 of a signed zero may give +pi or -pi)."""
+    d = (to_np(actual) - to_np(expected) + math.pi) % (2 * math.pi) - math.pi
+    d = np.abs(d)
+    if ignore is not None:
+        d = np.where(ignore, 0.0, d)
+    assert np.all(d <= atol), f"max angle error {d.max():.3g}"
+
+
+# ---------------------------------------------------------------- the oracle
+
+
+def per_slice(fn, x, *args, out_lead=(), **kw):
+    """Apply ``fn(slice2d, *args, **kw)`` to each ``(H, W)`` slice of ``x`` (float64)."""
+    x = to_np(x)
+    lead, (H, W) = x.shape[:-2], x.shape[-2:]
+    flat = x.reshape(-1, H, W)
+    res = [np.asarray(fn(s, *args, **kw), dtype=np.float64) for s in flat]
+    if not res:
+        return np.zeros(lead + tuple(out_lead) + (H, W))
+    return np.stack(res).reshape(lead + res[0].shape)
+
+
+def _pair(v):
+    return (int(v), int(v)) if np.isscalar(v) else tuple(int(o) for o in v)
+
+
+def _correlate_slice(s, w, mode, cval, origin):
+    """``ndi.correlate`` on one 2-D slice.
+
+    SciPy bug worked around: in ``reflect`` (``grid-mirror``) mode the N-D
+    ``ndi.correlate``/``convolve`` (scipy 1.17) read uninitialised memory once
+    the kernel reaches about two reflection periods (4 n) past the image edge
+    (e.g. a 1x2 image and a 1x16 kernel gives ``1.6e-322``).  ``ndi.correlate1d`` is right there, so for
+    long kernels in that mode the 2-D correlation is built from 1-D SciPy
+    passes: sum over kernel rows ``a`` of ``shift_a(correlate1d(x, w[a]))``.
+    """
+    oy, ox = _pair(origin)
+    kh, kw = w.shape
+    H, W = s.shape
+    if mode in ("reflect", "grid-mirror") and (kh > 2 * H or kw > 2 * W):
+        out = np.zeros_like(s)
+        for a in range(kh):
+            row = ndi.correlate1d(s, w[a], axis=1, mode=mode, cval=cval, origin=ox)
+            e = np.zeros(kh)
+            e[a] = 1.0
+            out += ndi.correlate1d(row, e, axis=0, mode=mode, cval=cval, origin=oy)
+        return out
+    return ndi.correlate(s, w, mode=mode, cval=cval, origin=(oy, ox))
+
+
+def sp_correlate(x, w, mode="reflect", cval=0.0, origin=0):
+    return per_slice(_correlate_slice, x, np.asarray(to_np(w), np.float64), mode, cval, origin)
+
+
+def sp_convolve(x, w, mode="reflect", cval=0.0, origin=0):
+    """``ndi.convolve``: correlate with the flipped kernel, mirrored origin (even sizes shifted)."""
+    w = np.asarray(to_np(w), np.float64)
+    origin = [-o - (1 - k % 2) for o, k in zip(_pair(origin), w.shape)]
+    return sp_correlate(x, w[::-1, ::-1].copy(), mode, cval, tuple(origin))
+
+
+def sp_correlate1d(x, w, axis=-1, mode="reflect", cval=0.0, origin=0):
+    return ndi.correlate1d(to_np(x), np.asarray(w, np.float64), axis=axis, mode=mode, cval=cval, origin=origin)
+
+
+def sp_convolve1d(x, w, axis=-1, mode="reflect", cval=0.0, origin=0):
+    return ndi.convolve1d(to_np(x), np.asarray(w, np.float64), axis=axis, mode=mode, cval=cval, origin=origin)
+
+
+def sp_derivative(x, axis=-1, operator="central", mode="reflect", cval=0.0, normalized=False):
+    """SciPy's sobel/prewitt recipe: ``[-1, 0, 1]`` along ``axis``, then smoothing across.
+
+    ``normalized=True`` is the unnormalised result divided by the docstring's divisor.
+    """
+    y = ndi.correlate1d(to_np(x), [-1.0, 0.0, 1.0], axis=axis, mode=mode, cval=cval)
+    if SMOOTH[operator] is not None:
+        other = -3 - axis  # -1 <-> -2
+        y = ndi.correlate1d(y, SMOOTH[operator], axis=other, mode=mode, cval=cval)
+    if normalized:
+        y = y / DIVISORS[operator]
+    return y
+
+
+def sp_gradient(x, operator="central", mode="reflect", cval=0.0, normalized=False):
+    gy = sp_derivative(x, -2, operator, mode, cval, normalized)
+    gx = sp_derivative(x, -1, operator, mode, cval, normalized)
+    return np.stack([gy, gx], axis=-3)
+
+
+def sp_gradient_magnitude(x, operator="central", mode="reflect", cval=0.0, normalized=False):
+    g = sp_gradient(x, operator, mode, cval, normalized)
+    return np.sqrt(g[..., 0, :, :] ** 2 + g[..., 1, :, :] ** 2)
+
+
+def sp_gradient_direction(x, operator="central", mode="reflect", cval=0.0):
+    g = sp_gradient(x, operator, mode, cval)
+    return np.arctan2(g[..., 0, :, :], g[..., 1, :, :])
+
+
+def sp_gaussian_filter(x, sigma, order=0, mode="reflect", cval=0.0, truncate=4.0, radius=None):
+    return ndi.gaussian_filter(
+        to_np(x), sigma, order=order, mode=mode, cval=cval, truncate=truncate, radius=radius, axes=(-2, -1)
+    )
+
+
+def sp_gaussian_gradient_magnitude(x, sigma, mode="reflect", cval=0.0, truncate=4.0, radius=None):
+    # per slice: with axes=(-2, -1) on an N-D array SciPy's derivative callback
+    # does not pass ``axes`` on to gaussian_filter, so it also smooths the
+    # leading (batch) axes
+    return per_slice(
+        ndi.gaussian_gradient_magnitude, x, sigma, mode=mode, cval=cval, truncate=truncate, radius=radius
+    )
+
+
+def _footprint(weights=None, sigma=None, truncate=4.0):
+    """(lo, hi) offsets per axis of the blur kernel (for keep_border)."""
+    if weights is not None:
+        kh, kw = np.asarray(weights).shape
+        return [(-(k // 2), -(k // 2) + k - 1) for k in (kh, kw)]
+    if sigma is not None:
+        sig = (sigma, sigma) if np.isscalar(sigma) else tuple(sigma)
+        out = []
+        for s in sig:
+            r = int(truncate * float(s) + 0.5) if s > 1e-15 else 0
+            out.append((-r, r))
+        return out
+    return [(-1, 1), (-1, 1)]
+
+
+def border_band(H, W, weights=None, sigma=None, truncate=4.0):
+    """True where the kernel footprint stays inside an ``H x W`` image."""
+    (ly, hy), (lx, hx) = _footprint(weights, sigma, truncate)
+    r = np.arange(H)[:, None]
+    c = np.arange(W)[None, :]
+    return (r + ly >= 0) & (r + hy <= H - 1) & (c + lx >= 0) & (c + hx <= W - 1)
+
+
+def sp_selective_blur(
+    x, threshold=0.0, *, mask=None, sigma=None, weights=None, normalized=False, keep_border=False,
+    mode="reflect", cval=0.0, truncate=4.0,
+):
+    """The oracle of DESIGN.md, built from scipy:
+
+    blend: ``where(m, blur(x), x)``; normalized: ``where(m & den > 0, blur(m*x)/den, x)``
+    with ``den = blur(m)``, both blurred with cval=0 (nothing outside the image is masked).
+    """
+    xn = to_np(x)
+    m = (xn >= threshold) if mask is None else np.broadcast_to(to_np(mask) != 0, xn.shape)
+    if keep_border:
+        m = m & border_band(xn.shape[-2], xn.shape[-1], weights, sigma, truncate)
+
+    def blur(a, c):
+        if sigma is not None:
+            return sp_gaussian_filter(a, sigma, mode=mode, cval=c, truncate=truncate)
+        w = BINOMIAL if weights is None else np.asarray(to_np(weights))
+        return sp_correlate(a, w, mode=mode, cval=c)
+
+    if not normalized:
+        return np.where(m, blur(xn, cval), xn)
+    mf = m.astype(np.float64)
+    num = blur(mf * xn, 0.0)
+    den = blur(mf, 0.0)
+    use = m & (den > 0)
+    return np.where(use, num / np.where(use, den, 1.0), xn)
