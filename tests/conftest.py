@@ -279,3 +279,67 @@ def sp_selective_blur(
     den = blur(mf, 0.0)
     use = m & (den > 0)
     return np.where(use, num / np.where(use, den, 1.0), xn)
+
+
+# ------------------------------------------------------- one case per public op
+#
+# ``OPS[name](x, **kw)`` runs one public op on ``x`` with ``kw`` in
+# ``mode``/``cval``/``backend``/``out``; used by the gradient, layout, dtype,
+# empty-input and out= tests.  Kernels have radius >= 2 where they can.
+
+K2 = ((0.5, -1.0, 2.0, 0.25), (1.0, 0.0, -0.5, 1.5), (0.75, 2.0, 1.0, -1.0), (0.1, 0.2, 0.3, 0.4), (-0.3, 0.6, 0.9, 1.2))
+K1 = (0.5, -1.0, 2.0, 0.25, 1.0)
+K1_EVEN = (1.0, -2.0, 0.5, 3.0)
+BLUR_W = ((1.0, 2.0, 0.0, 2.0, 1.0), (0.5, 1.0, 3.0, 1.0, 0.5), (1.0, 0.0, 2.0, 0.0, 1.0))
+
+
+def pattern_mask(H, W):
+    """A fixed (H, W) bool mask, broadcast over leading axes."""
+    i = torch.arange(H)[:, None]
+    j = torch.arange(W)[None, :]
+    return (i * 3 + j * 2) % 5 < 3
+
+
+OPS = {
+    "correlate": lambda x, **k: torchfilters.correlate(x, K2, origin=(0, 1), **k),
+    "convolve": lambda x, **k: torchfilters.convolve(x, K2, origin=(-1, -2), **k),
+    "correlate1d": lambda x, **k: torchfilters.correlate1d(x, K1, -1, **k),
+    "convolve1d": lambda x, **k: torchfilters.convolve1d(x, K1_EVEN, -2, origin=1, **k),
+    "derivative-central-x": lambda x, **k: torchfilters.derivative(x, -1, **k),
+    "derivative-sobel-y": lambda x, **k: torchfilters.derivative(x, -2, operator="sobel", **k),
+    "derivative-scharr-x-normalized": lambda x, **k: torchfilters.derivative(x, operator="scharr", normalized=True, **k),
+    "derivative-prewitt-y": lambda x, **k: torchfilters.derivative(x, axis=-2, operator="prewitt", **k),
+    "gradient-sobel": lambda x, **k: torchfilters.gradient(x, operator="sobel", **k),
+    "gradient_magnitude-central": lambda x, **k: torchfilters.gradient_magnitude(x, **k),
+    "gradient_magnitude-scharr-normalized": lambda x, **k: torchfilters.gradient_magnitude(
+        x, operator="scharr", normalized=True, **k
+    ),
+    "gradient_direction-sobel": lambda x, **k: torchfilters.gradient_direction(x, operator="sobel", **k),
+    "sobel": lambda x, **k: torchfilters.sobel(x, **k),
+    "prewitt": lambda x, **k: torchfilters.prewitt(x, -2, **k),
+    "scharr": lambda x, **k: torchfilters.scharr(x, axis=-1, **k),
+    "gaussian_filter": lambda x, **k: torchfilters.gaussian_filter(x, (1.0, 0.7), **k),
+    "gaussian_filter-order": lambda x, **k: torchfilters.gaussian_filter(x, 0.8, order=(1, 2), radius=(2, 3), **k),
+    "gaussian_gradient_magnitude": lambda x, **k: torchfilters.gaussian_gradient_magnitude(x, 0.9, **k),
+    "selective_blur": lambda x, **k: torchfilters.selective_blur(x, 0.0, **k),
+    "selective_blur-normalized": lambda x, **k: torchfilters.selective_blur(x, 0.0, normalized=True, **k),
+    "selective_blur-sigma-keep_border": lambda x, **k: torchfilters.selective_blur(
+        x, 0.0, sigma=(0.6, 0.8), keep_border=True, **k
+    ),
+    "selective_blur-weights-normalized-keep_border": lambda x, **k: torchfilters.selective_blur(
+        x, 0.0, weights=BLUR_W, normalized=True, keep_border=True, **k
+    ),
+    "selective_blur-mask": lambda x, **k: torchfilters.selective_blur(
+        x, mask=pattern_mask(*x.shape[-2:]), weights=BLUR_W, **k
+    ),
+}
+
+#: ops whose output is not differentiable where the gradient vector vanishes
+NONSMOOTH = {"gradient_magnitude-central", "gradient_magnitude-scharr-normalized", "gradient_direction-sobel",
+             "gaussian_gradient_magnitude"}
+#: ops with a threshold at 0: inputs for finite differences must stay away from it
+THRESHOLDED = {name for name in OPS if name.startswith("selective_blur") and name != "selective_blur-mask"}
+
+
+def op_out_shape(name, shape):
+    return tuple(shape[:-2]) + (2,) + tuple(shape[-2:]) if name == "gradient-sobel" else tuple(shape)
