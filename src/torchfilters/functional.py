@@ -157,11 +157,12 @@ def _prep(input, mode, cval):
 def _correlate2d(input, weights, mode, cval, origin, out, backend, flip: bool):
     x, mode, cval = _prep(input, mode, cval)
     w = _weights_tuple(weights, 2)
-    origins = list(pair(origin, "origin"))
+    # check the caller's origin (type and range: the same for both) before flipping
+    origins = [_check_origin(o, k) for o, k in zip(pair(origin, "origin"), w.shape)]
     if flip:  # scipy.ndimage.convolve: flip the kernel, mirror the origin
         w = w.flip(0, 1)
         for i in range(2):
-            origins[i] = -int(origins[i])
+            origins[i] = -origins[i]
             if not w.shape[i] & 1:
                 origins[i] -= 1
     kh, kw = w.shape
@@ -319,10 +320,15 @@ def convolve1d(
 
 @_spec.cached
 def _derivative_stencil(operator: str, axis: int, normalized: bool):
-    deriv, smooth = kernels.derivative_weights(operator, normalized)
-    passes = [(axis, -(len(deriv) // 2), deriv)]
+    deriv, smooth = kernels.derivative_weights(operator, False)
+    passes = [[axis, -(len(deriv) // 2), deriv]]
     if smooth != (1.0,):  # a 1-tap unit pass is the identity in every mode
-        passes.append((-1 - (axis + 2), -(len(smooth) // 2), smooth))  # the other axis
+        passes.append([-1 - (axis + 2), -(len(smooth) // 2), smooth])  # the other axis
+    if normalized:
+        # divide the *result*: scale the last pass, so that in constant mode the
+        # cval padding of the intermediate is divided too (normalized == plain / div)
+        div = sum(abs(d) for d in deriv) * sum(smooth)
+        passes[-1][2] = tuple(w / div for w in passes[-1][2])
     return _spec.sep(*passes)
 
 
@@ -568,7 +574,9 @@ def _gaussian_radii(sigmas, truncate, radius):
         return tuple(kernels.gaussian_radius(s, truncate) for s in sigmas)
     radii = []
     for r in pair(radius, "radius"):
-        if isinstance(r, bool) or not isinstance(r, Integral) or r < 0:
+        if isinstance(r, bool) or not isinstance(r, Integral):
+            raise TypeError(f"radius must be a non-negative int or a pair of them; got {r!r}")
+        if r < 0:
             raise ValueError(f"radius must be a non-negative int or a pair of them; got {r!r}")
         radii.append(int(r))
     return tuple(radii)
