@@ -260,11 +260,17 @@ def sp_selective_blur(
 
     blend: ``where(m, blur(x), x)``; normalized: ``where(m & den > 0, blur(m*x)/den, x)``
     with ``den = blur(m)``, both blurred with cval=0 (nothing outside the image is masked).
+
+    ``keep_border`` only decides which pixels are *written*: border pixels stay
+    untouched, but a masked border pixel still counts as a masked neighbour in
+    the normalized mean of the pixels next to it (as the blend variant reads
+    every original neighbour).
     """
     xn = to_np(x)
     m = (xn >= threshold) if mask is None else np.broadcast_to(to_np(mask) != 0, xn.shape)
+    write = m
     if keep_border:
-        m = m & border_band(xn.shape[-2], xn.shape[-1], weights, sigma, truncate)
+        write = m & border_band(xn.shape[-2], xn.shape[-1], weights, sigma, truncate)
 
     def blur(a, c):
         if sigma is not None:
@@ -273,11 +279,11 @@ def sp_selective_blur(
         return sp_correlate(a, w, mode=mode, cval=c)
 
     if not normalized:
-        return np.where(m, blur(xn, cval), xn)
+        return np.where(write, blur(xn, cval), xn)
     mf = m.astype(np.float64)
     num = blur(mf * xn, 0.0)
     den = blur(mf, 0.0)
-    use = m & (den > 0)
+    use = write & (den > 0)
     return np.where(use, num / np.where(use, den, 1.0), xn)
 
 
