@@ -1,0 +1,153 @@
+"""torch.compile(fullgraph=True) through the custom ops, and the nn.Module wrappers.
+
+Compiling is slow (about 10 s for the inductor compile below on 2 cores), so
+there is one inductor compile (forward and backward) and one cheap
+``aot_eager`` compile with dynamic shapes.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import torchfilters as tf
+from conftest import assert_close, rand
+
+
+def _model(x, mask):
+    g = tf.gradient_magnitude(x, operator="sobel", mode="reflect")
+    b = tf.selective_blur(x, 0.0, normalized=True, keep_border=True, mode="mirror")
+    c = tf.selective_blur(g, mask=mask)  # the GAN case's blend, with a given mask
+    return torch.tanh(g) * 2 + b + c
+
+
+def _eager(x, mask):
+    xe = x.detach().clone().requires_grad_(True)
+    y = _model(xe, mask)
+    y.backward(torch.ones_like(y))
+    return y.detach(), xe.grad
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def test_compile_fullgraph_inductor_forward_and_backward():
+    x = torch.randn(2, 3, 16, 17, generator=torch.Generator().manual_seed(0))
+    x[0, 0, :6, :6] = 0.25  # a flat patch: gradient_magnitude's zero-gradient branch
+    mask = torch.rand(16, 17, generator=torch.Generator().manual_seed(1)) > 0.5
+    compiled = torch.compile(_model, fullgraph=True)  # raises on any graph break
+    xc = x.clone().requires_grad_(True)
+    y = compiled(xc, mask)
+    y.backward(torch.ones_like(y))
+    y_ref, g_ref = _eager(x, mask)
+    torch.testing.assert_close(y.detach(), y_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(xc.grad, g_ref, rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(xc.grad).all()
+
+
+def test_compile_fullgraph_new_shapes_and_no_grad():
+    """A second shape recompiles with symbolic sizes (automatic dynamic shapes), so the fake
+    (meta) registrations see SymInts; no_grad calls work too."""
+    compiled = torch.compile(_model, fullgraph=True, backend="aot_eager")
+    for shape in [(1, 2, 9, 11), (3, 1, 12, 7), (2, 2, 5, 6)]:
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(sum(shape)), dtype=torch.float64)
+        mask = torch.rand(shape[-2:], generator=torch.Generator().manual_seed(2)) > 0.3
+        xc = x.clone().requires_grad_(True)
+        y = compiled(xc, mask)
+        y.backward(torch.ones_like(y))
+        y_ref, g_ref = _eager(x, mask)
+        assert_close(y, y_ref, rtol=1e-12)
+        assert_close(xc.grad, g_ref, rtol=1e-12)
+        with torch.no_grad():
+            assert_close(compiled(x, mask), y_ref, rtol=1e-12)
+
+
+def test_compile_fullgraph_dynamic_true():
+    """torch.compile(..., dynamic=True) traces too."""
+    x = rand(1, 2, 8, 9, seed=8)
+    mask = x[0, 0] > 0
+    y = torch.compile(_model, fullgraph=True, backend="aot_eager", dynamic=True)(x, mask)
+    assert_close(y, _model(x, mask), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["gaussian_filter", "correlate-list-weights", "selective_blur-sigma", "nn.GaussianFilter"],
+)
+def test_compile_fullgraph_other_ops(name):
+    """Every op should trace without a graph break (cheap aot_eager backend)."""
+    fn = {
+        "gaussian_filter": lambda t: tf.gaussian_filter(t, 1.0, order=(0, 1)),
+        "correlate-list-weights": lambda t: tf.correlate(t, [[1.0, 2.0], [0.5, -1.0]]),
+        "selective_blur-sigma": lambda t: tf.selective_blur(t, 0.0, sigma=0.8),
+        "nn.GaussianFilter": tf.nn.GaussianFilter(1.5),
+    }[name]
+    x = rand(1, 2, 8, 9, seed=3)
+    xc = x.clone().requires_grad_(True)
+    y = torch.compile(fn, fullgraph=True, backend="aot_eager")(xc)
+    y.sum().backward()
+    xe = x.clone().requires_grad_(True)
+    ye = fn(xe)
+    ye.sum().backward()
+    assert_close(y, ye, rtol=1e-12)
+    assert_close(xc.grad, xe.grad, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------- nn
+
+
+@pytest.mark.parametrize("mode", ["reflect", "constant", "grid-wrap"])
+def test_nn_gradient_magnitude(engine, mode):
+    x = rand(2, 3, 7, 8, seed=4)
+    for kw in (dict(), dict(operator="scharr", normalized=True), dict(operator="prewitt", cval=2.0)):
+        m = tf.nn.GradientMagnitude(mode=mode, **kw)
+        ref = tf.gradient_magnitude(x, mode=mode, backend=engine, **kw)
+        assert_close(m(x), ref, rtol=1e-14)
+    assert "operator='sobel'" in repr(tf.nn.GradientMagnitude("sobel"))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "constant", "mirror"])
+def test_nn_gaussian_filter(engine, mode):
+    x = rand(2, 3, 7, 8, seed=5)
+    for kw in (dict(sigma=1.0), dict(sigma=(0.5, 2.0), order=(1, 0), truncate=2.0), dict(sigma=3.0, radius=(1, 2), cval=-1.0)):
+        m = tf.nn.GaussianFilter(mode=mode, **kw)
+        sigma = kw.pop("sigma")
+        assert_close(m(x), tf.gaussian_filter(x, sigma, mode=mode, backend=engine, **kw), rtol=1e-14)
+    assert "sigma=1.0" in repr(tf.nn.GaussianFilter(1.0))
+
+
+def test_nn_selective_blur(engine):
+    x = rand(2, 3, 7, 8, seed=6)
+    m = tf.nn.SelectiveBlur(0.2, normalized=True, keep_border=True)
+    assert_close(m(x), tf.selective_blur(x, 0.2, normalized=True, keep_border=True, backend=engine), rtol=1e-14)
+    mask = x < 0
+    m = tf.nn.SelectiveBlur(sigma=(0.7, 1.1), mode="nearest")
+    assert_close(m(x, mask), tf.selective_blur(x, mask=mask, sigma=(0.7, 1.1), mode="nearest", backend=engine), rtol=1e-14)
+    assert "normalized=False" in repr(m)
+
+
+def test_nn_modules_are_parameter_free_and_composable():
+    net = torch.nn.Sequential(
+        tf.nn.GaussianFilter(1.0),
+        tf.nn.GradientMagnitude(operator="sobel"),
+        tf.nn.SelectiveBlur(0.1),
+    )
+    assert list(net.parameters()) == [] and list(net.buffers()) == []
+    assert net.state_dict() == {}
+    x = rand(2, 1, 9, 9, seed=7).float().requires_grad_(True)
+    y = net(x)
+    ref = tf.selective_blur(tf.gradient_magnitude(tf.gaussian_filter(x, 1.0), operator="sobel"), 0.1)
+    assert torch.equal(y, ref)
+    y.sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    net2 = copy.deepcopy(net).double()
+    assert_close(net2(x.detach().double()), ref.detach().double(), rtol=1e-5)
+    net.eval()
+    with torch.no_grad():
+        assert torch.equal(net(x), ref)
