@@ -1,0 +1,1414 @@
+"""Fused CPU engine: numba kernels, one pass forward and one pass backward.
+
+One stencil engine runs every spec (``_spec``): operators are data.  A spec
+is compiled (in Python, once per spec and image size, then cached) into two
+small arrays -- ``P`` (int64: sizes, fold tables, tap offsets, stencil
+descriptors) and ``F`` (float64: ``cval``, tap weights, constant-mode
+corrections) -- that a handful of generic kernels interpret.
+
+How a kernel works, per work item (one plane, or one block of rows of a plane
+when the plane is large or there are too few planes to keep every thread
+busy):
+
+* **Tile.**  The input rows the item needs (its rows plus the stencils'
+  halo) are gathered into a thread-local, cache-resident tile in the compute
+  dtype (float32, or float64 for float64), with the boundary mode applied by
+  *index folding* through precomputed per-axis tables (``reference.fold_indices``;
+  ``constant`` fills ``cval``).  This is also where float16 / bfloat16 are
+  converted, a tile at a time: never a full-size copy.  Strided inputs
+  (slices, channels_last, stride-0 expanded tensors) are read in place.
+* **Stencils.**  The tile is stored flat with a padded row stride ``Wp``, so a
+  tap at offset ``(dy, dx)`` is a constant flat offset and every stencil is a
+  few long, branch-free, vectorised ``dst[q] += w * src[q + o]`` loops (up to
+  four taps per loop) over the whole tile: no folding inside the compute
+  loops.  ``sep`` stencils run as a vertical then a horizontal phase; SciPy's
+  sequential ``constant``-mode semantics (the second pass pads the first
+  pass's result with ``cval``) are restored exactly by a precomputed
+  per-row/per-column correction.  ``dense`` stencils run as one phase.
+* **Epilogue.**  ``stack`` / ``magnitude`` / ``direction`` / selective-blur
+  ``blend`` / ``normalized`` combine the stencil results pointwise and store
+  the output (converted back to the input dtype) once.
+
+Backward passes are the adjoint, fused the same way: the gradient with
+respect to the input of a linear stencil with folded boundaries is
+``Pad^T S^T g``.  ``S^T g`` is a correlation of the zero-padded incoming
+gradient with the flipped taps (the same vectorised loops, evaluated over the
+padded coordinates of the item), and ``Pad^T`` sums each padded position back
+onto the sample it folds to (a gather per output row: rows owned by another
+work item are recomputed, never written, so no atomics).  For
+``gradient_magnitude``/``gradient_direction`` and selective blur the stencils
+are recomputed from ``x`` in the tile, so backward reads ``x`` and ``grad``
+and writes ``grad_in`` once.
+
+Zero taps are skipped (as SciPy does), so a NaN/inf input contaminates only
+the non-zero footprint of the kernel.
+
+Parallelism: ``prange`` over chunks of work items (planes x row blocks), with
+numba's thread count following ``torch.get_num_threads()``; tiny calls run
+serially in the calling thread (no parallel-region launch).  Fresh outputs
+of at least 1 MiB are allocated by NumPy (which advises transparent huge
+pages, several times cheaper to fault in here than torch's allocation) and
+wrapped with ``torch.from_numpy``.
+
+Compiled code is cached on disk (``cache=True``; numba falls back to a
+user-wide cache directory when the package directory is read-only, or set
+``NUMBA_CACHE_DIR``).  There are four kernels (filter/blur x forward/backward),
+each compiled lazily once per storage dtype.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numba
+import numpy as np
+import torch
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic, overload
+
+from .._spec import BlurSpec, FilterSpec
+from . import reference
+
+NAME = "cpu"
+UNAVAILABLE_HINT = " (the numba engine runs CPU tensors of float16, bfloat16, float32 and float64)"
+
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+# storage carriers: the type of the scalar selects the compiled specialisation
+# (float16 is read as uint16 bits, bfloat16 as int16 bits)
+_CARRIER = {
+    torch.float32: np.float32(0),
+    torch.float64: np.float64(0),
+    torch.float16: np.uint16(0),
+    torch.bfloat16: np.int16(0),
+}
+_NP_STORAGE = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.bfloat16: np.int16}
+
+_JIT = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
+
+
+def available(device: torch.device, dtype: torch.dtype) -> bool:
+    return device.type == "cpu" and dtype in _DTYPES
+
+
+# =============================================================================
+# numba primitives: raw pointers, dtype conversion
+
+
+@intrinsic
+def _ptr(typingctx, addr, carrier):
+    """``int`` address -> ``CPointer(typeof(carrier))`` (no bounds or wraparound checks)."""
+    ptype = types.CPointer(carrier)
+    sig = ptype(types.int64, carrier)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(ptype))
+
+    return sig, codegen
+
+
+@intrinsic
+def _h2f(typingctx, v):
+    sig = types.float32(types.uint16)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def _f2h(typingctx, v):
+    sig = types.uint16(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return sig, codegen
+
+
+@intrinsic
+def _bits2f(typingctx, v):
+    sig = types.float32(types.uint32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def _f2bits(typingctx, v):
+    sig = types.uint32(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return sig, codegen
+
+
+def _ld(p, i):  # pragma: no cover - numba overload below
+    raise NotImplementedError
+
+
+def _st(p, i, v):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _cvt(carrier, F):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(_ld, jit_options=dict(cache=True))
+def _ol_ld(p, i):
+    dt = p.dtype
+    if dt in (types.float32, types.float64):
+        return lambda p, i: p[i]
+    if dt == types.uint16:  # float16 bits
+        return lambda p, i: _h2f(p[i])
+    if dt == types.int16:  # bfloat16 bits
+        return lambda p, i: _bits2f(np.uint32(np.uint16(p[i])) << np.uint32(16))
+    return None
+
+
+@overload(_st, jit_options=dict(cache=True))
+def _ol_st(p, i, v):
+    dt = p.dtype
+    if dt == types.float32:
+
+        def st32(p, i, v):
+            p[i] = np.float32(v)
+
+        return st32
+    if dt == types.float64:
+
+        def st64(p, i, v):
+            p[i] = v
+
+        return st64
+    if dt == types.uint16:
+
+        def sth(p, i, v):
+            p[i] = _f2h(np.float32(v))
+
+        return sth
+    if dt == types.int16:
+
+        def stb(p, i, v):
+            u = _f2bits(np.float32(v))
+            if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+                p[i] = np.int16(0x7FC0)  # quiet NaN
+            else:  # round to nearest even, as torch
+                p[i] = np.int16(np.uint16((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)))
+
+        return stb
+    return None
+
+
+@overload(_cvt, jit_options=dict(cache=True))
+def _ol_cvt(carrier, F):
+    """Compute-dtype copy of ``F``: float64 for float64 storage, else float32."""
+    if carrier == types.float64:
+        return lambda carrier, F: F.copy()
+    return lambda carrier, F: F.astype(np.float32)
+
+
+# =============================================================================
+# plan layout (int64 array P; float64 array F)
+
+I_H, I_W, I_K, I_EPI, I_CONST = 0, 1, 2, 3, 4
+I_EYLO, I_EYHI, I_EXLO, I_EXHI = 5, 6, 7, 8
+I_FH, I_FW, I_ST, I_TAPI = 9, 10, 11, 12
+I_KEEPB, I_BI0, I_BI1, I_BJ0, I_BJ1 = 13, 14, 15, 16, 17
+I_BR, I_NB, I_NPM, I_NBX, I_BX = 18, 19, 20, 21, 22
+I_HDR = 24
+# per stencil: nV, v0, nH, h0 (two-phase: vertical then horizontal taps), nD, d0
+# (one-phase taps), corr kind (0 / 1 per column / 2 per row), corr offset in F,
+# number and offset of the forward border columns
+ST_LEN = 10
+
+# F: [cval, 0, 1, threshold (set per call), taps..., corrections...]
+F_CVAL, F_ZERO, F_ONE, F_THR, F_TAPS = 0, 1, 2, 3, 4
+
+EPI_STACK, EPI_MAG, EPI_DIR, EPI_BLEND, EPI_NORM = 0, 1, 2, 3, 4
+
+# L (per-call layout): per role [n1, s0, s1, sK, sH, sW]; plane p starts at
+# (p // n1) * s0 + (p % n1) * s1 elements from the tensor's data pointer
+R_X, R_O, R_G, R_M = 0, 6, 12, 18
+L_LEN = 24
+
+# Buffers are flat with row stride W (no column padding), so every loop runs
+# over whole blocks of rows; taps that reach across the left/right edge read a
+# neighbouring row there, and those few border columns are recomputed with the
+# fold table ("fix-up" columns).  A guard of ex = EXhi - EXlo elements on each
+# side keeps every flat read in bounds.
+
+
+@njit(**_JIT)
+def _poff(L, r, p):
+    n1 = L[r]
+    return (p // n1) * L[r + 1] + (p % n1) * L[r + 2]
+
+
+# =============================================================================
+# the vector primitive: dst[d0 + q] (+)= sum_t w_t * src[s0 + q + o_t], q < n
+
+
+@njit(**_JIT)
+def _pass(d, d0, s, s0, n, P, Fc, t0, nt, sy, cy, sx, cx, W, acc):
+    """Taps ``t0 .. t0+nt`` at flat offsets ``o = (sy*dy + cy)*W + sx*dx + cx``, four per loop."""
+    if nt == 0:
+        if not acc:
+            z = Fc[F_ZERO]
+            for q in range(n):
+                d[d0 + q] = z
+        return
+    ti = P[I_TAPI]
+    t = 0
+    while t < nt:
+        g = nt - t
+        if g > 4:
+            g = 4
+        k = t0 + t
+        a0 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
+        w0 = Fc[F_TAPS + k]
+        if g == 1:
+            if acc:
+                for q in range(n):
+                    d[d0 + q] += w0 * s[a0 + q]
+            else:
+                for q in range(n):
+                    d[d0 + q] = w0 * s[a0 + q]
+        else:
+            k += 1
+            a1 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
+            w1 = Fc[F_TAPS + k]
+            if g == 2:
+                if acc:
+                    for q in range(n):
+                        d[d0 + q] += w0 * s[a0 + q] + w1 * s[a1 + q]
+                else:
+                    for q in range(n):
+                        d[d0 + q] = w0 * s[a0 + q] + w1 * s[a1 + q]
+            else:
+                k += 1
+                a2 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
+                w2 = Fc[F_TAPS + k]
+                if g == 3:
+                    if acc:
+                        for q in range(n):
+                            d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
+                    else:
+                        for q in range(n):
+                            d[d0 + q] = (w0 * s[a0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
+                else:
+                    k += 1
+                    a3 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
+                    w3 = Fc[F_TAPS + k]
+                    if acc:
+                        for q in range(n):
+                            d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + (w2 * s[a2 + q] + w3 * s[a3 + q])
+                    else:
+                        for q in range(n):
+                            d[d0 + q] = (w0 * s[a0 + q] + w1 * s[a1 + q]) + (w2 * s[a2 + q] + w3 * s[a3 + q])
+        acc = True
+        t += g
+
+
+# =============================================================================
+# tiles
+
+
+@njit(**_JIT)
+def _load_row(d, d0, x, s0, sW, n):
+    if sW == 1:
+        for j in range(n):
+            d[d0 + j] = _ld(x, s0 + j)
+    else:
+        for j in range(n):
+            d[d0 + j] = _ld(x, s0 + j * sW)
+
+
+@njit(**_JIT)
+def _fill(d, d0, n, v):
+    for j in range(n):
+        d[d0 + j] = v
+
+
+@njit(**_JIT)
+def _mask_at(xv, m, ma, hasm, thr, j, rowin, P, keepb):
+    """Selected?  ``ma``: the mask element's address; ``j``/``rowin`` only matter with keep_border."""
+    if hasm:
+        mm = m[ma] != 0
+    else:
+        mm = xv >= thr
+    if keepb:
+        mm = mm and rowin and j >= P[I_BJ0] and j < P[I_BJ1]
+    return mm
+
+
+@njit(**_JIT)
+def _src_seg(S, d0, x, xa, sW, m, ma, msW, hasm, thr, srcmode, n, keepb, rowin, P, Fc):
+    """n samples from x (srcmode 0), of the mask (1) or where(mask, x, 0) (2)."""
+    if srcmode == 0:
+        _load_row(S, d0, x, xa, sW, n)
+        return
+    zero = Fc[F_ZERO]
+    one = Fc[F_ONE]
+    for j in range(n):
+        xv = _ld(x, xa + j * sW)
+        mm = _mask_at(xv, m, ma + j * msW, hasm, thr, j, rowin, P, keepb)
+        if srcmode == 1:
+            S[d0 + j] = one if mm else zero
+        else:
+            S[d0 + j] = xv if mm else zero
+
+
+@njit(**_JIT)
+def _tile(S, S0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill, p0, nrows, P, Fc):
+    """Rows ``p0 .. p0+nrows`` (row coordinates, folded by the mode) -> ``S[S0 + g + t*W + j]``."""
+    H = P[I_H]
+    W = P[I_W]
+    g = P[I_EXHI] - P[I_EXLO]
+    fh = P[I_FH] - P[I_EYLO]
+    keepb = P[I_KEEPB] != 0
+    _fill(S, S0, g, fill)
+    _fill(S, S0 + g + nrows * W, g, fill)
+    a = max(p0, 0)
+    b = min(p0 + nrows, H)
+    flat = sH == W * sW and (srcmode == 0 or (not keepb and (not hasm or msH == W * msW)))
+    if flat and b > a:  # the rows inside the image, in one run
+        _src_seg(S, S0 + g + (a - p0) * W, x, xb + a * sH, sW, m, mb + a * msH, msW, hasm, thr, srcmode,
+                 (b - a) * W, False, True, P, Fc)
+    for t in range(nrows):
+        p = p0 + t
+        if flat and p >= a and p < b:
+            continue
+        d0 = S0 + g + t * W
+        i = P[fh + p]
+        if i < 0:
+            _fill(S, d0, W, fill)
+        else:
+            rowin = i >= P[I_BI0] and i < P[I_BI1]
+            _src_seg(S, d0, x, xb + i * sH, sW, m, mb + i * msH, msW, hasm, thr, srcmode, W, keepb, rowin, P, Fc)
+
+
+@njit(**_JIT)
+def _engine(R, R0, RL, S, S0, V, V0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, ra, rb, P, Fc):
+    """Every stencil of the plan on rows ``ra .. rb``: stencil k -> ``R[R0 + k*RL + r*W + j]``."""
+    W = P[I_W]
+    EYlo = P[I_EYLO]
+    EXlo = P[I_EXLO]
+    ey = P[I_EYHI] - EYlo
+    g = P[I_EXHI] - EXlo
+    nr = rb - ra
+    n = nr * W
+    fill = Fc[F_CVAL] if srcmode == 0 else Fc[F_ZERO]
+    _tile(S, S0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill, ra + EYlo, nr + ey, P, Fc)
+    fw = P[I_FW] - EXlo
+    ti = P[I_TAPI]
+    for k in range(P[I_K]):
+        d = P[I_ST] + ST_LEN * k
+        nV = P[d]
+        nH = P[d + 2]
+        rk = R0 + k * RL
+        two = nV > 0 and nH > 0
+        if two:
+            _pass(V, V0, S, S0, n + 2 * g, P, Fc, P[d + 1], nV, 1, -EYlo, 0, 0, W, False)
+            _pass(R, rk, V, V0, n, P, Fc, P[d + 3], nH, 0, 0, 1, g, W, False)
+            t0 = P[d + 3]
+            nt = nH
+            fx = Fc[F_ZERO]  # a padded column of the vertical pass: fill * sum(vertical taps)
+            for t in range(nV):
+                fx += Fc[F_TAPS + P[d + 1] + t] * fill
+        else:
+            _pass(R, rk, S, S0, n, P, Fc, P[d + 5], P[d + 4], 1, -EYlo, 1, g, W, False)
+            t0 = P[d + 5]
+            nt = P[d + 4]
+            fx = fill
+        # border columns: recompute with the column fold table
+        for f in range(P[d + 8]):
+            j = P[P[d + 9] + f]
+            for t in range(nt):
+                kk = t0 + t
+                dx = P[ti + 2 * kk + 1]
+                w = Fc[F_TAPS + kk]
+                jj = P[fw + j + dx]
+                if two:
+                    src = V
+                    base = V0 + g + jj
+                else:
+                    src = S
+                    base = S0 + g + (P[ti + 2 * kk] - EYlo) * W + jj
+                if jj >= 0:
+                    if t == 0:
+                        for r in range(nr):
+                            R[rk + r * W + j] = w * src[base + r * W]
+                    else:
+                        for r in range(nr):
+                            R[rk + r * W + j] += w * src[base + r * W]
+                else:
+                    wf = w * fx
+                    if t == 0:
+                        for r in range(nr):
+                            R[rk + r * W + j] = wf
+                    else:
+                        for r in range(nr):
+                            R[rk + r * W + j] += wf
+        ck = P[d + 6]
+        if ck != 0 and srcmode == 0:
+            c0 = P[d + 7]
+            for r in range(nr):
+                q = rk + r * W
+                if ck == 1:
+                    for j in range(W):
+                        R[q + j] += Fc[c0 + j]
+                else:
+                    cr = Fc[c0 + ra + r]
+                    for j in range(W):
+                        R[q + j] += cr
+
+
+@njit(**_JIT)
+def _atan(t):
+    """atan(t) for t >= 0 (or NaN), float64 (Cephes' rational approximation, ~1e-16)."""
+    big = t > 2.41421356237309504880
+    mid = t > 0.66
+    u = -1.0 / t if big else ((t - 1.0) / (t + 1.0) if mid else t)
+    y0 = 1.57079632679489661923 if big else (0.78539816339744830962 if mid else 0.0)
+    corr = 6.123233995736765886130e-17 if big else (0.5 * 6.123233995736765886130e-17 if mid else 0.0)
+    z = u * u
+    pz = ((((-8.750608600031904122785e-1 * z - 1.615753718733365076637e1) * z - 7.500855792314704667340e1) * z
+           - 1.228866684490136173410e2) * z - 6.485021904942025371773e1)
+    qz = (((((z + 2.485846490142306297962e1) * z + 1.650270098316988542046e2) * z + 4.328810604912902668951e2) * z
+           + 4.853903996359136964868e2) * z + 1.945506571482613964425e2)
+    return y0 + ((u * (z * pz / qz) + u) + corr)
+
+
+@njit(**_JIT)
+def _atan2(y, x):
+    """atan2 in float64 (branch-free, vectorisable), IEEE special cases included."""
+    yd = np.float64(y)
+    xd = np.float64(x)
+    ax = abs(xd)
+    ay = abs(yd)
+    both0 = ax == 0.0 and ay == 0.0
+    bothinf = ax == np.inf and ay == np.inf
+    t = 1.0 if bothinf else (0.0 if both0 else ay / ax)
+    r = _atan(t)
+    r = 3.14159265358979323846 - r if math.copysign(1.0, xd) < 0.0 else r
+    return math.copysign(r, yd)
+
+
+# =============================================================================
+# forward kernels
+
+
+@njit(**_JIT)
+def _fwd_layout(P, K, BR):
+    W = P[I_W]
+    ey = P[I_EYHI] - P[I_EYLO]
+    g = P[I_EXHI] - P[I_EXLO]
+    S0 = 0
+    V0 = S0 + (BR + ey) * W + 2 * g
+    R0 = V0 + BR * W + 2 * g
+    RL = BR * W
+    return S0, V0, R0, RL, R0 + K * RL
+
+
+@njit(**_JIT)
+def _k_filter_fwd(xa, oa, carrier, P, F, L, it0, it1):
+    x = _ptr(xa, carrier)
+    o = _ptr(oa, carrier)
+    Fc = _cvt(carrier, F)
+    H = P[I_H]
+    W = P[I_W]
+    K = P[I_K]
+    epi = P[I_EPI]
+    BR = P[I_BR]
+    NB = P[I_NB]
+    S0, V0, R0, RL, total = _fwd_layout(P, K, BR)
+    buf = np.empty(total, Fc.dtype)
+    B = _ptr(buf.ctypes.data, Fc[0])
+    xsH, xsW = L[R_X + 4], L[R_X + 5]
+    osK, osH, osW = L[R_O + 3], L[R_O + 4], L[R_O + 5]
+    flat = osH == W * osW
+    for it in range(it0, it1):
+        p = it // NB
+        ra = (it % NB) * BR
+        rb = min(H, ra + BR)
+        xb = _poff(L, R_X, p)
+        ob = _poff(L, R_O, p)
+        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, x, 0, 0, 0, False, Fc[F_ZERO], 0, ra, rb, P, Fc)
+        nr = rb - ra
+        nseg = 1 if flat else nr
+        sl = nr * W if flat else W
+        for sg in range(nseg):
+            q = R0 + sg * W
+            orow = ob + (ra + sg) * osH
+            if epi == EPI_STACK:
+                for k in range(K):
+                    qk = q + k * RL
+                    ok = orow + k * osK
+                    if osW == 1:
+                        for j in range(sl):
+                            _st(o, ok + j, B[qk + j])
+                    else:
+                        for j in range(sl):
+                            _st(o, ok + j * osW, B[qk + j])
+            elif epi == EPI_MAG:
+                if K == 2 and osW == 1:
+                    for j in range(sl):
+                        a = B[q + j]
+                        b = B[q + RL + j]
+                        _st(o, orow + j, math.sqrt(a * a + b * b))
+                else:
+                    for j in range(sl):
+                        a = B[q + j]
+                        s = a * a
+                        for k in range(1, K):
+                            b = B[q + k * RL + j]
+                            s += b * b
+                        _st(o, orow + j * osW, math.sqrt(s))
+            else:  # direction: atan2(y0, y1)
+                for j in range(sl):
+                    _st(o, orow + j * osW, _atan2(B[q + j], B[q + RL + j]))
+    return buf.size
+
+
+@njit(**_JIT)
+def _k_blur_fwd(xa, ma, oa, carrier, P, F, L, thr, it0, it1):
+    x = _ptr(xa, carrier)
+    o = _ptr(oa, carrier)
+    m = _ptr(ma, np.uint8(0))
+    hasm = ma != 0
+    Fc = _cvt(carrier, F)
+    Fc[F_THR] = thr
+    thr_c = Fc[F_THR]
+    H = P[I_H]
+    W = P[I_W]
+    norm = P[I_EPI] == EPI_NORM
+    keepb = P[I_KEEPB] != 0
+    EYlo = P[I_EYLO]
+    g = P[I_EXHI] - P[I_EXLO]
+    BR = P[I_BR]
+    NB = P[I_NB]
+    S0, V0, R0, RL, total = _fwd_layout(P, 2, BR)
+    buf = np.empty(total, Fc.dtype)
+    B = _ptr(buf.ctypes.data, Fc[0])
+    xsH, xsW = L[R_X + 4], L[R_X + 5]
+    osH, osW = L[R_O + 4], L[R_O + 5]
+    msH, msW = L[R_M + 4], L[R_M + 5]
+    zero = Fc[F_ZERO]
+    flat = osH == W * osW and xsH == W * xsW and (not hasm or msH == W * msW) and not keepb
+    for it in range(it0, it1):
+        p = it // NB
+        ra = (it % NB) * BR
+        rb = min(H, ra + BR)
+        xb = _poff(L, R_X, p)
+        ob = _poff(L, R_O, p)
+        mb = _poff(L, R_M, p) if hasm else 0
+        if norm:
+            _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, 2, ra, rb, P, Fc)
+            _engine(B, R0 + RL, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, 1, ra, rb, P, Fc)
+        else:
+            _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, 0, ra, rb, P, Fc)
+        nr = rb - ra
+        nseg = 1 if flat else nr
+        sl = nr * W if flat else W
+        for sg in range(nseg):
+            i = ra + sg
+            q = R0 + sg * W
+            rowin = i >= P[I_BI0] and i < P[I_BI1]
+            mrow = mb + i * msH
+            xrow = xb + i * xsH
+            orow = ob + i * osH
+            if norm:
+                for j in range(sl):
+                    xv = _ld(x, xrow + j * xsW)
+                    mm = _mask_at(xv, m, mrow + j * msW, hasm, thr_c, j, rowin, P, keepb)
+                    den = B[q + RL + j]
+                    _st(o, orow + j * osW, B[q + j] / den if (mm and den > zero) else xv)
+            else:
+                tq = S0 + g + (sg - EYlo) * W  # x, from the tile
+                for j in range(sl):
+                    xv = B[tq + j]
+                    mm = _mask_at(xv, m, mrow + j * msW, hasm, thr_c, j, rowin, P, keepb)
+                    _st(o, orow + j * osW, B[q + j] if mm else xv)
+    return buf.size
+
+
+# =============================================================================
+# backward
+
+
+@njit(**_JIT)
+def _bwd_layout(P, K, BR):
+    W = P[I_W]
+    ey = P[I_EYHI] - P[I_EYLO]
+    g = P[I_EXHI] - P[I_EXLO]
+    npm = P[I_NPM]
+    ZL = (npm + ey) * W + 2 * g
+    RL = (npm + ey) * W
+    Z0 = 0
+    S0 = Z0 + K * ZL
+    V0 = S0 + (npm + 2 * ey) * W + 2 * g
+    R0 = V0 + (npm + ey) * W + 2 * g
+    U0 = R0 + K * RL
+    G0 = U0 + npm * W + 2 * g
+    E0 = G0 + npm * W
+    A0 = E0 + npm * P[I_NBX]
+    total = A0 + BR * W
+    return ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total
+
+
+@njit(**_JIT)
+def _zclear(Z, Z0, ZL, K, nz, lo, hi, P, zero):
+    """Zero the guards and the rows outside the image of the K gradient tiles."""
+    W = P[I_W]
+    g = P[I_EXHI] - P[I_EXLO]
+    for k in range(K):
+        zk = Z0 + k * ZL
+        _fill(Z, zk, g, zero)
+        _fill(Z, zk + g + nz * W, g, zero)
+        for r in range(nz):
+            if r < lo or r >= hi:
+                _fill(Z, zk + g + r * W, W, zero)
+
+
+@njit(**_JIT)
+def _adjoint(B, G0, Z0, ZL, U0, E0, npr, P, Fc):
+    """``G = sum_k S_k^T Z_k`` on padded rows ``pa .. pa+npr`` (image columns), with
+    the column fold already summed in at the border columns."""
+    W = P[I_W]
+    EYhi = P[I_EYHI]
+    g = P[I_EXHI] - P[I_EXLO]
+    n = npr * W
+    ti = P[I_TAPI]
+    nfix = P[I_NBX]
+    zero = Fc[F_ZERO]
+    for k in range(P[I_K]):
+        d = P[I_ST] + ST_LEN * k
+        nV = P[d]
+        nH = P[d + 2]
+        zk = Z0 + k * ZL
+        two = nV > 0 and nH > 0
+        if two:
+            _pass(B, U0, B, zk, n + 2 * g, P, Fc, P[d + 1], nV, -1, EYhi, 0, 0, W, False)
+            _pass(B, G0, B, U0, n, P, Fc, P[d + 3], nH, 0, 0, -1, g, W, k > 0)
+            t0 = P[d + 3]
+            nt = nH
+        else:
+            _pass(B, G0, B, zk, n, P, Fc, P[d + 5], P[d + 4], -1, EYhi, -1, g, W, k > 0)
+            t0 = P[d + 5]
+            nt = P[d + 4]
+        # border columns: the exact sum over every padded column folding onto them
+        e = P[I_BX]
+        for f in range(nfix):
+            nq = P[e + 1]
+            eb = E0 + f * npr
+            if k == 0:
+                _fill(B, eb, npr, zero)
+            for qi in range(nq):
+                qq = P[e + 2 + qi]
+                for t in range(nt):
+                    kk = t0 + t
+                    cc = qq - P[ti + 2 * kk + 1]
+                    if cc < 0 or cc >= W:
+                        continue
+                    w = Fc[F_TAPS + kk]
+                    if two:
+                        base = U0 + g + cc
+                    else:
+                        base = zk + g + (EYhi - P[ti + 2 * kk]) * W + cc
+                    for r in range(npr):
+                        B[eb + r] += w * B[base + r * W]
+            e += 2 + nq
+    e = P[I_BX]
+    for f in range(nfix):
+        v = P[e]
+        eb = E0 + f * npr
+        for r in range(npr):
+            B[G0 + r * W + v] = B[eb + r]
+        e += 2 + P[e + 1]
+
+
+@njit(**_JIT)
+def _unpad(B, A0, u0, u1, G0, pa, npr, P):
+    """Sum padded rows ``pa .. pa+npr`` of G onto the rows ``u0 .. u1`` they fold to."""
+    W = P[I_W]
+    fh = P[I_FH] - P[I_EYLO]
+    a = max(pa, u0)
+    b = min(pa + npr, u1)
+    if b > a:
+        d0 = A0 + (a - u0) * W
+        s0 = G0 + (a - pa) * W
+        for q in range((b - a) * W):
+            B[d0 + q] += B[s0 + q]
+    for r in range(npr):
+        p = pa + r
+        if p >= a and p < b:
+            continue
+        t = P[fh + p]
+        if t < u0 or t >= u1:
+            continue
+        d0 = A0 + (t - u0) * W
+        s0 = G0 + r * W
+        for j in range(W):
+            B[d0 + j] += B[s0 + j]
+
+
+@njit(**_JIT)
+def _segment(P, NB, H, u0, u1, sgi):
+    """The sgi-th padded row range a work item must gather: (pa, pb), or pb <= pa to skip."""
+    EYlo = P[I_EYLO]
+    EYhi = P[I_EYHI]
+    if NB == 1:
+        return EYlo, H + EYhi
+    if sgi == 0:
+        return u0, u1
+    pa = EYlo + sgi - 1  # a padded row outside the image ...
+    if pa >= 0:
+        pa += H
+    t = P[P[I_FH] - EYlo + pa]
+    if t < u0 or t >= u1:  # ... that folds into this block
+        return 0, 0
+    return pa, pa + 1
+
+
+@njit(**_JIT)
+def _filter_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, gp, gb, gsK, gsH, gsW, pa, pb, P, Fc):
+    """Incoming gradient of each stencil (zero outside the image) on rows ``pa-EYhi .. pb-EYlo``."""
+    H = P[I_H]
+    W = P[I_W]
+    K = P[I_K]
+    epi = P[I_EPI]
+    g = P[I_EXHI] - P[I_EXLO]
+    za = pa - P[I_EYHI]
+    zb = pb - P[I_EYLO]
+    ia = max(za, 0)
+    ib = min(zb, H)
+    zero = Fc[F_ZERO]
+    _zclear(B, Z0, ZL, K, zb - za, ia - za, ib - za, P, zero)
+    if ib <= ia:
+        return
+    if epi != EPI_STACK:
+        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, x, 0, 0, 0, False, zero, 0, ia, ib, P, Fc)
+    flat = gsH == W * gsW
+    nr = ib - ia
+    nseg = 1 if flat else nr
+    sl = nr * W if flat else W
+    for sg in range(nseg):
+        zr = Z0 + g + (ia - za + sg) * W
+        grow = gb + (ia + sg) * gsH
+        if epi == EPI_STACK:
+            for k in range(K):
+                _load_row(B, zr + k * ZL, gp, grow + k * gsK, gsW, sl)
+            continue
+        q = R0 + sg * W
+        if epi == EPI_MAG:
+            if K == 2:
+                for j in range(sl):
+                    a = B[q + j]
+                    b = B[q + RL + j]
+                    mg = math.sqrt(a * a + b * b)
+                    sc = _ld(gp, grow + j * gsW) / mg if mg != zero else zero
+                    B[zr + j] = sc * a
+                    B[zr + ZL + j] = sc * b
+            else:
+                for j in range(sl):
+                    a = B[q + j]
+                    s = a * a
+                    for k in range(1, K):
+                        b = B[q + k * RL + j]
+                        s += b * b
+                    mg = math.sqrt(s)
+                    sc = _ld(gp, grow + j * gsW) / mg if mg != zero else zero
+                    for k in range(K):
+                        B[zr + k * ZL + j] = sc * B[q + k * RL + j]
+        else:  # direction: d atan2(a, b) = (b da - a db) / (a^2 + b^2)
+            for j in range(sl):
+                a = B[q + j]
+                b = B[q + RL + j]
+                rr = a * a + b * b
+                sc = _ld(gp, grow + j * gsW) / rr if rr != zero else zero
+                B[zr + j] = sc * b
+                B[zr + ZL + j] = -sc * a
+
+
+@njit(**_JIT)
+def _store_rows(o, ob, osH, osW, B, A0, u0, u1, W):
+    flat = osH == W * osW
+    nseg = 1 if flat else u1 - u0
+    sl = (u1 - u0) * W if flat else W
+    for sg in range(nseg):
+        a0 = A0 + sg * W
+        orow = ob + (u0 + sg) * osH
+        if osW == 1:
+            for j in range(sl):
+                _st(o, orow + j, B[a0 + j])
+        else:
+            for j in range(sl):
+                _st(o, orow + j * osW, B[a0 + j])
+
+
+@njit(**_JIT)
+def _k_filter_bwd(ga, xa, oa, carrier, P, F, L, it0, it1):
+    gp = _ptr(ga, carrier)
+    x = _ptr(xa, carrier)
+    o = _ptr(oa, carrier)
+    Fc = _cvt(carrier, F)
+    H = P[I_H]
+    W = P[I_W]
+    K = P[I_K]
+    BR = P[I_BR]
+    NB = P[I_NB]
+    ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, K, BR)
+    buf = np.empty(total, Fc.dtype)
+    B = _ptr(buf.ctypes.data, Fc[0])
+    xsH, xsW = L[R_X + 4], L[R_X + 5]
+    gsK, gsH, gsW = L[R_G + 3], L[R_G + 4], L[R_G + 5]
+    osH, osW = L[R_O + 4], L[R_O + 5]
+    nseg = 1 if NB == 1 else 1 + P[I_EYHI] - P[I_EYLO]
+    for it in range(it0, it1):
+        p = it // NB
+        u0 = (it % NB) * BR
+        u1 = min(H, u0 + BR)
+        xb = _poff(L, R_X, p)
+        gb = _poff(L, R_G, p)
+        ob = _poff(L, R_O, p)
+        _fill(B, A0, (u1 - u0) * W, Fc[F_ZERO])
+        for sgi in range(nseg):
+            pa, pb = _segment(P, NB, H, u0, u1, sgi)
+            if pb <= pa:
+                continue
+            _filter_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, gp, gb, gsK, gsH, gsW, pa, pb, P, Fc)
+            _adjoint(B, G0, Z0, ZL, U0, E0, pb - pa, P, Fc)
+            _unpad(B, A0, u0, u1, G0, pa, pb - pa, P)
+        _store_rows(o, ob, osH, osW, B, A0, u0, u1, W)
+    return buf.size
+
+
+@njit(**_JIT)
+def _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr, gp, gb, gsH, gsW, pa, pb,
+            P, Fc):
+    H = P[I_H]
+    W = P[I_W]
+    norm = P[I_EPI] == EPI_NORM
+    keepb = P[I_KEEPB] != 0
+    g = P[I_EXHI] - P[I_EXLO]
+    za = pa - P[I_EYHI]
+    zb = pb - P[I_EYLO]
+    ia = max(za, 0)
+    ib = min(zb, H)
+    zero = Fc[F_ZERO]
+    _zclear(B, Z0, ZL, 1, zb - za, ia - za, ib - za, P, zero)
+    if ib <= ia:
+        return
+    if norm:
+        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr, 1, ia, ib, P, Fc)
+    flat = gsH == W * gsW and xsH == W * xsW and (not hasm or msH == W * msW) and not keepb
+    nr = ib - ia
+    nseg = 1 if flat else nr
+    sl = nr * W if flat else W
+    for sg in range(nseg):
+        i = ia + sg
+        zr = Z0 + g + (i - za) * W
+        grow = gb + i * gsH
+        xrow = xb + i * xsH
+        mrow = mb + i * msH
+        rowin = i >= P[I_BI0] and i < P[I_BI1]
+        q = R0 + sg * W
+        for j in range(sl):
+            mm = _mask_at(_ld(x, xrow + j * xsW), m, mrow + j * msW, hasm, thr, j, rowin, P, keepb)
+            gv = _ld(gp, grow + j * gsW)
+            if norm:
+                den = B[q + j]
+                B[zr + j] = gv / den if (mm and den > zero) else zero
+            else:
+                B[zr + j] = gv if mm else zero
+
+
+@njit(**_JIT)
+def _k_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, it0, it1):
+    gp = _ptr(ga, carrier)
+    x = _ptr(xa, carrier)
+    o = _ptr(oa, carrier)
+    m = _ptr(ma, np.uint8(0))
+    hasm = ma != 0
+    Fc = _cvt(carrier, F)
+    Fc[F_THR] = thr
+    thr_c = Fc[F_THR]
+    H = P[I_H]
+    W = P[I_W]
+    norm = P[I_EPI] == EPI_NORM
+    keepb = P[I_KEEPB] != 0
+    EYhi = P[I_EYHI]
+    BR = P[I_BR]
+    NB = P[I_NB]
+    ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, 1, BR)
+    buf = np.empty(total, Fc.dtype)
+    B = _ptr(buf.ctypes.data, Fc[0])
+    xsH, xsW = L[R_X + 4], L[R_X + 5]
+    gsH, gsW = L[R_G + 4], L[R_G + 5]
+    osH, osW = L[R_O + 4], L[R_O + 5]
+    msH, msW = L[R_M + 4], L[R_M + 5]
+    zero = Fc[F_ZERO]
+    one = Fc[F_ONE]
+    nseg = 1 if NB == 1 else 1 + EYhi - P[I_EYLO]
+    flat = (osH == W * osW and gsH == W * gsW and xsH == W * xsW and (not hasm or msH == W * msW)
+            and not keepb)
+    for it in range(it0, it1):
+        p = it // NB
+        u0 = (it % NB) * BR
+        u1 = min(H, u0 + BR)
+        xb = _poff(L, R_X, p)
+        gb = _poff(L, R_G, p)
+        ob = _poff(L, R_O, p)
+        mb = _poff(L, R_M, p) if hasm else 0
+        _fill(B, A0, (u1 - u0) * W, zero)
+        ia_main = 0
+        for sgi in range(nseg - 1, -1, -1):  # the main range last: its den stays in R
+            pa, pb = _segment(P, NB, H, u0, u1, sgi)
+            if pb <= pa:
+                continue
+            ia_main = max(pa - EYhi, 0)
+            _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, gp, gb, gsH, gsW,
+                    pa, pb, P, Fc)
+            _adjoint(B, G0, Z0, ZL, U0, E0, pb - pa, P, Fc)
+            _unpad(B, A0, u0, u1, G0, pa, pb - pa, P)
+        nr = u1 - u0
+        nsg = 1 if flat else nr
+        sl = nr * W if flat else W
+        for sg in range(nsg):
+            u = u0 + sg
+            a0 = A0 + sg * W
+            orow = ob + u * osH
+            grow = gb + u * gsH
+            xrow = xb + u * xsH
+            mrow = mb + u * msH
+            rowin = u >= P[I_BI0] and u < P[I_BI1]
+            q = R0 + (u - ia_main) * W
+            for j in range(sl):
+                mm = _mask_at(_ld(x, xrow + j * xsW), m, mrow + j * msW, hasm, thr_c, j, rowin, P, keepb)
+                gv = _ld(gp, grow + j * gsW)
+                if norm:
+                    use = mm and B[q + j] > zero
+                    v = (one if mm else zero) * B[a0 + j] + (zero if use else gv)
+                else:
+                    v = B[a0 + j] + (zero if mm else gv)
+                _st(o, orow + j * osW, v)
+    return buf.size
+
+
+# =============================================================================
+# parallel drivers: prange over chunks of work items (thread-local buffers per chunk)
+
+
+@njit(parallel=True, **_JIT)
+def _p_filter_fwd(xa, oa, carrier, P, F, L, nitems, nchunks):
+    for c in prange(nchunks):
+        _k_filter_fwd(xa, oa, carrier, P, F, L, c * nitems // nchunks, (c + 1) * nitems // nchunks)
+
+
+@njit(parallel=True, **_JIT)
+def _p_filter_bwd(ga, xa, oa, carrier, P, F, L, nitems, nchunks):
+    for c in prange(nchunks):
+        _k_filter_bwd(ga, xa, oa, carrier, P, F, L, c * nitems // nchunks, (c + 1) * nitems // nchunks)
+
+
+@njit(parallel=True, **_JIT)
+def _p_blur_fwd(xa, ma, oa, carrier, P, F, L, thr, nitems, nchunks):
+    for c in prange(nchunks):
+        _k_blur_fwd(xa, ma, oa, carrier, P, F, L, thr, c * nitems // nchunks, (c + 1) * nitems // nchunks)
+
+
+@njit(parallel=True, **_JIT)
+def _p_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, nitems, nchunks):
+    for c in prange(nchunks):
+        _k_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, c * nitems // nchunks, (c + 1) * nitems // nchunks)
+
+
+# =============================================================================
+# Python side: plans (cached), layouts, allocation, dispatch
+
+_EPI = {"stack": EPI_STACK, "magnitude": EPI_MAG, "direction": EPI_DIR}
+
+#: target elements of a tile row block (a few buffers of this size stay in L2)
+_TILE = 1 << 15
+#: planes up to this many elements (padded) are processed whole, one work item each
+_WHOLE = 1 << 15
+#: calls with at most this many output elements run serially in the calling thread
+_SERIAL = 1 << 14
+#: fresh outputs of at least this many bytes are allocated by NumPy (huge pages)
+_NP_ALLOC = 1 << 20
+
+_info_cache: dict = {}
+_plan_cache: dict = {}
+_lay_cache: dict = {}
+_MAXT = numba.config.NUMBA_NUM_THREADS
+
+
+def _norm_stencil(st):
+    """Stencil -> (vt, ht, dt, passes): tap lists of (dy, dx, w) for a two-phase
+    separable stencil (vt then ht) or a one-phase one (dt); None if unsupported."""
+    if st.kind == "dense":
+        ly, lx = st.lo
+        dt = [(ly + a, lx + b, float(w)) for a, row in enumerate(st.taps) for b, w in enumerate(row) if w != 0.0]
+        return [], [], dt, ()
+    passes = st.passes
+    if not passes:
+        return [], [], [(0, 0, 1.0)], ()
+    if any(p.axis not in (-2, -1) for p in passes):
+        return None
+    if len(passes) > 2 or (len(passes) == 2 and passes[0].axis == passes[1].axis):
+        return None  # not produced by the builders: the reference engine runs it
+
+    def taps(p):
+        if p.axis == -2:
+            return [(p.lo + a, 0, float(w)) for a, w in enumerate(p.taps) if w != 0.0]
+        return [(0, p.lo + b, float(w)) for b, w in enumerate(p.taps) if w != 0.0]
+
+    if len(passes) == 1:
+        return [], [], taps(passes[0]), passes
+    vp, hp = (passes[0], passes[1]) if passes[0].axis == -2 else (passes[1], passes[0])
+    vt, ht = taps(vp), taps(hp)
+    if not vt or not ht:
+        return [], [], [], passes
+    if vt == [(0, 0, 1.0)]:
+        return [], [], ht, passes
+    if ht == [(0, 0, 1.0)]:
+        return [], [], vt, passes
+    return vt, ht, [], passes
+
+
+def _info(spec):
+    """Per-spec data that does not depend on the image size (cached by identity)."""
+    key = id(spec)
+    hit = _info_cache.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    if isinstance(spec, FilterSpec):
+        sts = spec.stencils
+        epi = _EPI[spec.epilogue]
+        keep, bext = False, None
+    else:
+        sts = (spec.stencil,)
+        epi = EPI_NORM if spec.normalized else EPI_BLEND
+        keep = spec.keep_border
+        bext = (spec.stencil.extent(-2), spec.stencil.extent(-1))
+    info = None
+    if not (spec.mode == "constant" and not math.isfinite(spec.cval)):
+        norm = [_norm_stencil(st) for st in sts]
+        if all(n is not None for n in norm) and len(sts) >= 1 and (epi != EPI_DIR or len(sts) == 2):
+            offs = [(dy, dx) for vt, ht, dt, _ in norm for dy, dx, _w in vt + ht + dt]
+            eylo = min([0] + [d[0] for d in offs])
+            eyhi = max([0] + [d[0] for d in offs])
+            exlo = min([0] + [d[1] for d in offs])
+            exhi = max([0] + [d[1] for d in offs])
+            info = (norm, epi, spec.mode, float(spec.cval), (eylo, eyhi, exlo, exhi), keep, bext)
+    if len(_info_cache) > 4096:
+        _info_cache.clear()
+    _info_cache[key] = (spec, info)
+    return info
+
+
+def _fold(n, lo, length, mode):
+    idx = reference.fold_indices(n, lo, length, mode).numpy().astype(np.int64)
+    if mode == "constant":
+        idx[idx == n] = -1
+    return idx
+
+
+def _correction(passes, mode, cval, H, W):
+    """SciPy's sequential constant mode: the second pass pads the first pass's result
+    with ``cval`` (not with the first pass of a ``cval`` row).  Relative to folding
+    both passes onto a ``cval``-padded tile that adds ``cval*(1 - sum(first))*c[t]``,
+    ``c[t]`` = the second pass's taps that fall outside the image at position t."""
+    if mode != "constant" or cval == 0.0 or len(passes) != 2:
+        return 0, None
+    first, second = passes
+    n = H if second.axis == -2 else W
+    c = np.zeros(n)
+    pos = np.arange(n)
+    for b, w in enumerate(second.taps):
+        q = pos + second.lo + b
+        c += np.where((q < 0) | (q >= n), w, 0.0)
+    corr = cval * (1.0 - math.fsum(first.taps)) * c
+    if not np.any(corr != 0.0):
+        return 0, None
+    return (1 if second.axis == -1 else 2), corr
+
+
+def _blocking(info, H, W, N, nthreads):
+    """Rows per work item: whole planes when there are enough of them, else row blocks."""
+    eylo, eyhi, exlo, exhi = info[4]
+    ey = eyhi - eylo
+    if H * W <= _WHOLE and (N >= 2 * nthreads or N * H * W <= _SERIAL):
+        return H
+    return min(H, max(1, _TILE // W, min(2 * ey, 64)))
+
+
+def _plan(info, H, W, BR):
+    key = (id(info), H, W, BR)
+    hit = _plan_cache.get(key)
+    if hit is not None and hit[0] is info:
+        return hit[1]
+    norm, epi, mode, cval, (eylo, eyhi, exlo, exhi), keep, bext = info
+    ey = eyhi - eylo
+    Wp = W + exhi - exlo
+    K = len(norm)
+    NB = -(-H // BR)
+    fh = _fold(H, eylo, H + ey, mode)
+    fw = _fold(W, exlo, Wp, mode)
+    taps_i, taps_w, corr_f, st, fix = [], [], [], [], []
+    ntaps = sum(len(vt) + len(ht) + len(dt) for vt, ht, dt, _ in norm)
+    f_corr0 = F_TAPS + ntaps
+    p_fix0 = I_HDR + len(fh) + len(fw) + ST_LEN * K + 2 * ntaps
+    bcols = set()
+    for vt, ht, dt, passes in norm:
+        d = []
+        for lst in (vt, ht, dt):
+            d += [len(lst), len(taps_w)]
+            for dy, dx, w in lst:
+                taps_i += [dy, dx]
+                taps_w.append(w)
+        ck, corr = _correction(passes, mode, cval, H, W)
+        d += [ck, f_corr0 + len(corr_f) if ck else 0]
+        if ck:
+            corr_f += list(corr)
+        # border columns: a horizontal tap reaches outside the image
+        dxs = [t[1] for t in (ht if vt and ht else dt)]
+        lo, hi = (min(dxs), max(dxs)) if dxs else (0, 0)
+        cols = [j for j in range(W) if j + lo < 0 or j + hi > W - 1]
+        d += [len(cols), p_fix0 + len(fix)]
+        fix += cols
+        bcols.update(j for j in range(W) if j - hi < 0 or j - lo > W - 1)
+        st += d
+    # backward border columns: those whose adjoint reads outside the image, and
+    # every target of a padded column; each with the padded columns folding onto it
+    inv = {}
+    for c, j in enumerate(fw):
+        if j >= 0:
+            inv.setdefault(int(j), []).append(c + exlo)
+            if not 0 <= c + exlo < W:
+                bcols.add(int(j))
+    bx = []
+    for v in sorted(bcols):
+        bx += [v, len(inv[v])] + inv[v]
+    hdr = np.zeros(I_HDR, np.int64)
+    hdr[[I_H, I_W, I_K, I_EPI, I_CONST]] = [H, W, K, epi, mode == "constant"]
+    hdr[[I_EYLO, I_EYHI, I_EXLO, I_EXHI]] = [eylo, eyhi, exlo, exhi]
+    hdr[I_FH] = I_HDR
+    hdr[I_FW] = I_HDR + len(fh)
+    hdr[I_ST] = hdr[I_FW] + len(fw)
+    hdr[I_TAPI] = hdr[I_ST] + len(st)
+    assert hdr[I_TAPI] + len(taps_i) == p_fix0
+    if keep:
+        (ly, hy), (lx, hx) = bext
+        hdr[[I_KEEPB, I_BI0, I_BI1, I_BJ0, I_BJ1]] = [1, -ly, H - hy, -lx, W - hx]
+    else:
+        hdr[[I_KEEPB, I_BI0, I_BI1, I_BJ0, I_BJ1]] = [0, 0, H, 0, W]
+    hdr[[I_BR, I_NB, I_NPM]] = [BR, NB, H + ey if NB == 1 else BR]
+    hdr[[I_NBX, I_BX]] = [len(bcols), p_fix0 + len(fix)]
+    P = np.concatenate([hdr, fh, fw, np.asarray(st + taps_i + fix + bx, np.int64)]).astype(np.int64)
+    F = np.concatenate([np.array([cval, 0.0, 1.0, 0.0]), np.asarray(taps_w, np.float64), np.asarray(corr_f, np.float64)])
+    plan = (P, F, NB)
+    if len(_plan_cache) > 1024:
+        _plan_cache.clear()
+    _plan_cache[key] = (info, plan)
+    return plan
+
+
+def _lead(sizes, strides):
+    """Leading dims -> (n1, s0, s1) with plane p at (p // n1)*s0 + (p % n1)*s1, or None."""
+    dims = []
+    for s, st in zip(sizes, strides):
+        if s == 1:
+            continue
+        if dims and dims[-1][1] == st * s:
+            dims[-1] = (dims[-1][0] * s, st)
+        else:
+            dims.append((s, st))
+    if not dims:
+        return 1, 0, 0
+    if len(dims) == 1:
+        return dims[0][0], 0, dims[0][1]
+    if len(dims) == 2:
+        return dims[1][0], dims[0][1], dims[1][1]
+    return None
+
+
+def _role(t, k: bool):
+    """[n1, s0, s1, sK, sH, sW] of a tensor shaped (..., [K,] H, W), or None."""
+    st = t.stride()
+    nd = 3 if k else 2
+    lead = _lead(t.shape[:-nd], st[:-nd])
+    if lead is None:
+        return None
+    return [lead[0], lead[1], lead[2], st[-3] if k else 0, st[-2], st[-1]]
+
+
+def _layout(x, o, ok, g=None, gk=False, m=None):
+    """Per-call layout array L (cached by shapes and strides); None where a tensor needs a copy."""
+    key = (x.shape, x.stride(), o.shape, o.stride(), ok, None if g is None else (g.shape, g.stride(), gk),
+           None if m is None else m.stride())
+    L = _lay_cache.get(key)
+    if L is not None:
+        return L
+    roles = [_role(x, False), _role(o, ok), [1, 0, 0, 0, 0, 0] if g is None else _role(g, gk),
+             [1, 0, 0, 0, 0, 0] if m is None else _role(m, False)]
+    if any(r is None for r in roles):
+        return roles  # a list: the caller copies what is None
+    L = np.asarray(sum(roles, []), np.int64)
+    if len(_lay_cache) > 1024:
+        _lay_cache.clear()
+    _lay_cache[key] = L
+    return L
+
+
+def _alloc(shape, dtype):
+    n = math.prod(shape)
+    if n * (8 if dtype == torch.float64 else 4 if dtype == torch.float32 else 2) >= _NP_ALLOC:
+        t = torch.from_numpy(np.empty(n, _NP_STORAGE[dtype]))
+        if dtype == torch.bfloat16:
+            t = t.view(torch.bfloat16)
+        return t.view(shape)
+    return torch.empty(shape, dtype=dtype)
+
+
+def _threads():
+    n = torch.get_num_threads()
+    n = 1 if n < 1 else (_MAXT if n > _MAXT else n)
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
+    return n
+
+
+def _prepare(x, o, ok, g=None, gk=False, m=None):
+    """Resolve the layout; copy the (rare) tensors whose leading dims do not collapse to 2."""
+    L = _layout(x, o, ok, g, gk, m)
+    if isinstance(L, np.ndarray):
+        return x, o, g, m, L, False
+    roles = L
+    if roles[0] is None:
+        x = x.contiguous()
+    if roles[2] is None:
+        g = g.contiguous()
+    if roles[3] is None:
+        m = m.contiguous()
+    tmp = roles[1] is None
+    if tmp:
+        o = torch.empty(o.shape, dtype=o.dtype)
+    return x, o, g, m, _layout(x, o, ok, g, gk, m), tmp
+
+
+def _launch(serial_fn, par_fn, args, nitems, nthreads, serial):
+    if serial or nthreads == 1 or nitems == 1:
+        serial_fn(*args, 0, nitems)
+    else:
+        par_fn(*args, nitems, min(nitems, nthreads))
+
+
+def _small(N, H, W):
+    return N * H * W <= _SERIAL
+
+
+# ----------------------------------------------------------------------------
+# engine entry points
+
+
+def filter_forward(x, spec: FilterSpec, out=None):
+    info = _info(spec)
+    if info is None or x.numel() == 0:
+        return reference.filter_forward(x, spec, out)
+    H, W = x.shape[-2], x.shape[-1]
+    N = x.numel() // (H * W)
+    nt = _threads()
+    P, F, NB = _plan(info, H, W, _blocking(info, H, W, N, nt))
+    nitems = N * NB
+    o = _alloc(spec.out_shape(x.shape), x.dtype) if out is None else out
+    ok = o.dim() == x.dim() + 1
+    x, o2, _, _, L, tmp = _prepare(x, o, ok)
+    _launch(_k_filter_fwd, _p_filter_fwd, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
+            nitems, nt, _small(N, H, W))
+    if tmp:
+        o.copy_(o2)
+    return o
+
+
+def filter_backward(grad, x, spec: FilterSpec, out=None):
+    info = _info(spec)
+    if info is None or x.numel() == 0:
+        return reference.filter_backward(grad, x, spec, out)
+    if grad.dtype != x.dtype:
+        grad = grad.to(x.dtype)
+    H, W = x.shape[-2], x.shape[-1]
+    N = x.numel() // (H * W)
+    nt = _threads()
+    P, F, NB = _plan(info, H, W, _blocking(info, H, W, N, nt))
+    nitems = N * NB
+    o = _alloc(x.shape, x.dtype) if out is None else out
+    gk = grad.dim() == x.dim() + 1
+    x, o2, grad, _, L, tmp = _prepare(x, o, False, grad, gk)
+    _launch(_k_filter_bwd, _p_filter_bwd,
+            (grad.data_ptr(), x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
+            nitems, nt, _small(N, H, W))
+    if tmp:
+        o.copy_(o2)
+    return o
+
+
+def _threshold(x, threshold):
+    # compared in the compute dtype, as the reference (a float32 tensor vs a Python float)
+    return float(threshold) if x.dtype == torch.float64 else float(np.float32(threshold))
+
+
+def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
+    info = _info(spec)
+    if info is None or x.numel() == 0:
+        return reference.blur_forward(x, mask, spec, threshold, out)
+    H, W = x.shape[-2], x.shape[-1]
+    N = x.numel() // (H * W)
+    nt = _threads()
+    P, F, NB = _plan(info, H, W, _blocking(info, H, W, N, nt))
+    nitems = N * NB
+    o = _alloc(x.shape, x.dtype) if out is None else out
+    if mask is not None and mask.shape != x.shape:
+        mask = mask.expand(x.shape)
+    x, o2, _, mask, L, tmp = _prepare(x, o, False, None, False, mask)
+    ma = 0 if mask is None else mask.data_ptr()
+    _launch(_k_blur_fwd, _p_blur_fwd,
+            (x.data_ptr(), ma, o2.data_ptr(), _CARRIER[x.dtype], P, F, L, _threshold(x, threshold)),
+            nitems, nt, _small(N, H, W))
+    if tmp:
+        o.copy_(o2)
+    return o
+
+
+def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
+    info = _info(spec)
+    if info is None or x.numel() == 0:
+        return reference.blur_backward(grad, x, mask, spec, threshold, out)
+    if grad.dtype != x.dtype:
+        grad = grad.to(x.dtype)
+    H, W = x.shape[-2], x.shape[-1]
+    N = x.numel() // (H * W)
+    nt = _threads()
+    P, F, NB = _plan(info, H, W, _blocking(info, H, W, N, nt))
+    nitems = N * NB
+    o = _alloc(x.shape, x.dtype) if out is None else out
+    if mask is not None and mask.shape != x.shape:
+        mask = mask.expand(x.shape)
+    if grad.shape != x.shape:
+        grad = grad.expand(x.shape)
+    x, o2, grad, mask, L, tmp = _prepare(x, o, False, grad, False, mask)
+    ma = 0 if mask is None else mask.data_ptr()
+    _launch(_k_blur_bwd, _p_blur_bwd,
+            (grad.data_ptr(), x.data_ptr(), ma, o2.data_ptr(), _CARRIER[x.dtype], P, F, L, _threshold(x, threshold)),
+            nitems, nt, _small(N, H, W))
+    if tmp:
+        o.copy_(o2)
+    return o
