@@ -340,9 +340,6 @@ OPS = {
     ),
 }
 
-#: ops whose output is not differentiable where the gradient vector vanishes
-NONSMOOTH = {"gradient_magnitude-central", "gradient_magnitude-scharr-normalized", "gradient_direction-sobel",
-             "gaussian_gradient_magnitude"}
 #: ops with a threshold at 0: inputs for finite differences must stay away from it
 THRESHOLDED = {name for name in OPS if name.startswith("selective_blur") and name != "selective_blur-mask"}
 

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+import torchfilters as tf
 from conftest import CVAL, OPS, THRESHOLDED, assert_angles_close, assert_close, away_from, op_out_shape, rand, require_dtype
 
 OP_NAMES = sorted(OPS)
@@ -84,8 +85,6 @@ def test_integer_inputs_promote_to_float32_without_wraparound(engine, name, dtyp
 
 
 def test_large_int64_values_are_not_truncated(engine):
-    import torchfilters as tf
-
     x = torch.zeros(5, 5, dtype=torch.int64)
     x[:, 3:] = 2**40
     y = tf.sobel(x, backend=engine)
@@ -166,8 +165,6 @@ def test_inputs_are_never_modified(engine, name):
         m = torch.zeros(7, 9, dtype=torch.bool)
         m[::2] = True
         m_before = m.clone()
-        import torchfilters as tf
-
         tf.selective_blur(x, mask=m, backend=engine)
         assert torch.equal(m, m_before)
 
@@ -204,8 +201,6 @@ def test_out_may_alias_the_input(engine, name):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_out_low_precision(engine, dtype):
     require_dtype(engine, dtype)
-    import torchfilters as tf
-
     x = _base("gradient_magnitude-central", seed=13).to(dtype)
     out = torch.empty_like(x)
     assert tf.gradient_magnitude(x, operator="sobel", out=out, backend=engine) is out
@@ -215,8 +210,6 @@ def test_out_low_precision(engine, dtype):
 
 
 def test_integer_input_out_must_be_float32(engine):
-    import torchfilters as tf
-
     x = torch.randint(0, 255, (2, 5, 6), dtype=torch.uint8)
     out = torch.empty(2, 5, 6)
     assert tf.sobel(x, out=out, backend=engine) is out

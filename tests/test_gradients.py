@@ -12,7 +12,7 @@ import torch
 from torch.autograd import gradcheck
 
 import torchfilters as tf
-from conftest import BASE_MODES, CVAL, MODES, NONSMOOTH, OPERATORS, OPS, THRESHOLDED, away_from, rand, size_id
+from conftest import BASE_MODES, CVAL, OPERATORS, OPS, THRESHOLDED, away_from, rand, size_id
 
 OP_NAMES = sorted(OPS)
 

@@ -13,7 +13,7 @@ import scipy.ndimage as ndi
 import torch
 
 import torchfilters as tf
-from conftest import BASE_MODES, MODES, OPS, op_out_shape, rand
+from conftest import MODES, OPS, op_out_shape
 
 
 def _t(values, dtype=torch.float64):
