@@ -110,26 +110,6 @@ def _ptr(typingctx, addr, carrier):
 
 
 @intrinsic
-def _h2f(typingctx, v):
-    sig = types.float32(types.uint16)
-
-    def codegen(context, builder, signature, args):
-        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
-
-    return sig, codegen
-
-
-@intrinsic
-def _f2h(typingctx, v):
-    sig = types.uint16(types.float32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
-
-    return sig, codegen
-
-
-@intrinsic
 def _bits2f(typingctx, v):
     sig = types.float32(types.uint32)
 
@@ -147,6 +127,36 @@ def _f2bits(typingctx, v):
         return builder.bitcast(args[0], ir.IntType(32))
 
     return sig, codegen
+
+
+@njit(**_JIT)
+def _h2f(h):
+    """float16 bits -> float32, exact (integer arithmetic: no LLVM half type, whose
+    conversions can lower to compiler-rt calls the JIT cannot resolve)."""
+    u = np.uint32(h)
+    o = (u & np.uint32(0x7FFF)) << np.uint32(13)
+    e = o & np.uint32(0x0F800000)
+    o += np.uint32(112 << 23)
+    if e == np.uint32(0x0F800000):  # inf / nan
+        o += np.uint32(112 << 23)
+    elif e == np.uint32(0):  # zero / subnormal: renormalise through the FPU
+        o = _f2bits(_bits2f(o + np.uint32(1 << 23)) - _bits2f(np.uint32(113 << 23)))
+    return _bits2f(o | ((u & np.uint32(0x8000)) << np.uint32(16)))
+
+
+@njit(**_JIT)
+def _f2h(f):
+    """float32 -> float16 bits, round to nearest even (F. Giesen's float_to_half_fast3_rtne)."""
+    x = _f2bits(f)
+    sign = x & np.uint32(0x80000000)
+    x ^= sign
+    if x >= np.uint32(143 << 23):  # inf, nan, or too large
+        o = np.uint32(0x7E00) if x > np.uint32(0x7F800000) else np.uint32(0x7C00)
+    elif x < np.uint32(113 << 23):  # subnormal or zero
+        o = _f2bits(_bits2f(x) + _bits2f(np.uint32(126 << 23))) - np.uint32(126 << 23)
+    else:
+        o = (x + np.uint32(((15 - 127) << 23) + 0xFFF) + ((x >> np.uint32(13)) & np.uint32(1))) >> np.uint32(13)
+    return np.uint16(o | (sign >> np.uint32(16)))
 
 
 def _ld(p, i):  # pragma: no cover - numba overload below
@@ -1085,11 +1095,12 @@ def _norm_stencil(st):
 
 
 def _info(spec):
-    """Per-spec data that does not depend on the image size (cached by identity)."""
-    key = id(spec)
-    hit = _info_cache.get(key)
-    if hit is not None and hit[0] is spec:
-        return hit[1]
+    """Per-spec data that does not depend on the image size (cached by value: the
+    eager path builds a fresh, equal spec on every call)."""
+    try:
+        return _info_cache[spec]
+    except KeyError:
+        pass
     if isinstance(spec, FilterSpec):
         sts = spec.stencils
         epi = _EPI[spec.epilogue]
@@ -1111,7 +1122,7 @@ def _info(spec):
             info = (norm, epi, spec.mode, float(spec.cval), (eylo, eyhi, exlo, exhi), keep, bext)
     if len(_info_cache) > 4096:
         _info_cache.clear()
-    _info_cache[key] = (spec, info)
+    _info_cache[spec] = info
     return info
 
 
