@@ -54,7 +54,7 @@ class Stencil(NamedTuple):
         return lo, hi
 
     def is_identity(self) -> bool:
-        return self.kind == "sep" and not self.passes
+        return self.kind == "sep" and len(self.passes) == 0
 
 
 class FilterSpec(NamedTuple):
@@ -92,20 +92,20 @@ class BlurSpec(NamedTuple):
 
 
 def cached(fn):
-    """``functools.lru_cache`` that steps aside while ``torch.compile`` traces.
+    """Memoise a pure spec builder, and let ``torch.compile`` treat its result as a constant.
 
-    (Dynamo traces through the wrapped function anyway and warns about the
-    cache; the builders are pure, so tracing the plain function is exact.)
+    Builders take only hashable constants (names, ints, floats, tuples) and
+    return specs or spec strings, so Dynamo calls them at trace time instead
+    of tracing their NumPy/float arithmetic.
     """
     memo = functools.lru_cache(maxsize=4096)(fn)
 
     @functools.wraps(fn)
-    def wrapper(*args):
-        if torch.compiler.is_compiling():
-            return fn(*args)
+    def call(*args):
         return memo(*args)
 
-    return wrapper
+    # on a plain function: Dynamo inlines lru_cache objects whatever their marks
+    return torch.compiler.assume_constant_result(call)
 
 
 def _plain(obj):

@@ -87,8 +87,36 @@ def _eager_engine(x: Tensor, backend: str):
     return resolve(backend, x.device, x.dtype)
 
 
-def _run_filter(x: Tensor, spec: FilterSpec, out: Optional[Tensor], backend) -> Tensor:
+@_spec.cached
+def _filter_text(mode: str, cval: float, epilogue: str, recipes: tuple) -> str:
+    """The spec string of a filter; a constant for ``torch.compile`` (no float tracing)."""
+    return _spec.encode(FilterSpec(mode, cval, epilogue, tuple(_stencil(r) for r in recipes)))
+
+
+@_spec.cached
+def _blur_text(mode: str, cval: float, normalized: bool, keep_border: bool, recipe: tuple) -> str:
+    return _spec.encode(BlurSpec(mode, cval, normalized, keep_border, _stencil(recipe)))
+
+
+def _stencil(recipe: tuple):
+    """Build a stencil from a hashable recipe: ``(kind, *params)``."""
+    kind = recipe[0]
+    if kind == "deriv":
+        return _derivative_stencil(*recipe[1:])
+    if kind == "gauss":
+        return _gaussian_stencil(*recipe[1:])
+    if kind == "dense":
+        return _spec.dense(*recipe[1:])
+    if kind == "sep1":
+        return _spec.sep(recipe[1:])
+    if kind == "binomial":
+        return _BINOMIAL
+    raise AssertionError(recipe)
+
+
+def _run_filter(x: Tensor, text: str, out: Optional[Tensor], backend) -> Tensor:
     backend = check_backend(backend)
+    spec = _spec.decode(text)
     if out is not None:
         check_out(out, spec.out_shape(x.shape), x.dtype, x.device)
         _no_grad_out(x)
@@ -98,7 +126,6 @@ def _run_filter(x: Tensor, spec: FilterSpec, out: Optional[Tensor], backend) -> 
             return eng.filter_forward(x, spec)
         _ops._write(out, (x,), lambda o: eng.filter_forward(x, spec, out=o))
         return out
-    text = _spec.encode(spec)
     if out is None:
         return _ops.filter_op(x, text, backend)
     _ops.filter_out_op(x, text, backend, out)
@@ -113,7 +140,22 @@ def _no_grad_out(*tensors):
         )
 
 
+def _nested_floats(obj, depth: int, name: str):
+    """Nested sequences -> nested tuples of floats, ``depth`` levels deep (plain Python,
+    so ``torch.compile`` traces it as constants)."""
+    if depth == 0:
+        if hasattr(obj, "__len__") and not isinstance(obj, (str, bytes)):
+            raise ValueError(f"{name} has more dimensions than expected")
+        if isinstance(obj, bool) or not isinstance(obj, Real):
+            raise TypeError(f"{name} must hold real numbers; got {type(obj).__name__}")
+        return float(obj)
+    if isinstance(obj, (str, bytes)) or not hasattr(obj, "__len__"):
+        raise ValueError(f"{name} must be {depth}-D more than it is; got {type(obj).__name__}")
+    return tuple(_nested_floats(o, depth - 1, name) for o in obj)
+
+
 def _weights_tuple(weights, ndim: int, name: str = "weights"):
+    """Validate filter weights; return nested tuples of floats (``ndim`` levels)."""
     if isinstance(weights, Tensor):
         if weights.requires_grad:
             raise ValueError(
@@ -122,17 +164,24 @@ def _weights_tuple(weights, ndim: int, name: str = "weights"):
             )
         if weights.dtype == torch.bool or weights.dtype.is_complex:
             raise TypeError(f"{name} must be real; got dtype {weights.dtype}")
-        arr = weights.detach().to("cpu", torch.float64)
-    else:
-        try:
-            arr = torch.as_tensor(weights, dtype=torch.float64)
-        except (TypeError, ValueError, RuntimeError) as e:
-            raise TypeError(f"{name} must be a tensor or a nested sequence of numbers ({e})") from None
-    if arr.dim() != ndim:
-        raise ValueError(f"{name} must be {ndim}-D; got shape {tuple(arr.shape)}")
-    if any(s == 0 for s in arr.shape):
-        raise ValueError(f"{name} must not be empty; got shape {tuple(arr.shape)}")
-    return arr
+        if weights.dim() != ndim:
+            raise ValueError(f"{name} must be {ndim}-D; got shape {tuple(weights.shape)}")
+        weights = weights.detach().to("cpu", torch.float64).tolist()
+    elif hasattr(weights, "__array__") and not isinstance(weights, (list, tuple)):
+        weights = weights.__array__().tolist()  # NumPy arrays and friends
+    if isinstance(weights, Real) and not isinstance(weights, bool):
+        raise ValueError(f"{name} must be {ndim}-D; got the scalar {weights!r}")
+    if not isinstance(weights, (list, tuple)):
+        raise TypeError(f"{name} must be a tensor or a nested sequence of numbers; got {type(weights).__name__}")
+    try:
+        w = _nested_floats(weights, ndim, name)
+    except ValueError:
+        raise ValueError(f"{name} must be {ndim}-D; got {weights!r:.80}") from None
+    if len(w) == 0 or (ndim == 2 and any(len(r) == 0 for r in w)):
+        raise ValueError(f"{name} must not be empty")
+    if ndim == 2 and any(len(r) != len(w[0]) for r in w):
+        raise ValueError(f"{name} must be rectangular; got rows of lengths {[len(r) for r in w]}")
+    return w
 
 
 def _check_origin(origin, k: int, name: str = "origin") -> int:
@@ -158,18 +207,18 @@ def _correlate2d(input, weights, mode, cval, origin, out, backend, flip: bool):
     x, mode, cval = _prep(input, mode, cval)
     w = _weights_tuple(weights, 2)
     # check the caller's origin (type and range: the same for both) before flipping
-    origins = [_check_origin(o, k) for o, k in zip(pair(origin, "origin"), w.shape)]
+    kh, kw = len(w), len(w[0])
+    origins = [_check_origin(o, k) for o, k in zip(pair(origin, "origin"), (kh, kw))]
     if flip:  # scipy.ndimage.convolve: flip the kernel, mirror the origin
-        w = w.flip(0, 1)
-        for i in range(2):
+        w = tuple(row[::-1] for row in w[::-1])
+        for i, k in enumerate((kh, kw)):
             origins[i] = -origins[i]
-            if not w.shape[i] & 1:
+            if not k & 1:
                 origins[i] -= 1
-    kh, kw = w.shape
     oy = _check_origin(origins[0], kh)
     ox = _check_origin(origins[1], kw)
-    st = _spec.dense(w.tolist(), (_spec.centered_lo(kh, oy), _spec.centered_lo(kw, ox)))
-    return _run_filter(x, FilterSpec(mode, cval, "stack", (st,)), out, backend)
+    recipe = ("dense", w, (_spec.centered_lo(kh, oy), _spec.centered_lo(kw, ox)))
+    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,)), out, backend)
 
 
 def correlate(
@@ -251,14 +300,14 @@ def _correlate1d(input, weights, axis, mode, cval, origin, out, backend, flip: b
         raise TypeError(f"origin must be an int; got {type(origin).__name__}")
     origin = int(origin)
     if flip:  # scipy.ndimage.convolve1d
-        w = w.flip(0)
+        w = w[::-1]
         origin = -origin
         if not len(w) & 1:
             origin -= 1
     k = len(w)
     origin = _check_origin(origin, k)
-    st = _spec.sep((axis, _spec.centered_lo(k, origin), w.tolist()))
-    return _run_filter(x, FilterSpec(mode, cval, "stack", (st,)), out, backend)
+    recipe = ("sep1", axis, _spec.centered_lo(k, origin), w)
+    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,)), out, backend)
 
 
 def correlate1d(
@@ -318,7 +367,6 @@ def convolve1d(
 # ----------------------------------------------------------------- derivatives
 
 
-@_spec.cached
 def _derivative_stencil(operator: str, axis: int, normalized: bool):
     deriv, smooth = kernels.derivative_weights(operator, False)
     passes = [[axis, -(len(deriv) // 2), deriv]]
@@ -389,8 +437,8 @@ def derivative(
         tensor([[ 1.,  2.,  2.,  1., -1., -2., -2., -1.]])
     """
     x, mode, cval = _prep(input, mode, cval)
-    st = _derivative_stencil(kernels.check_operator(operator), check_axis(axis), _check_bool(normalized, "normalized"))
-    return _run_filter(x, FilterSpec(mode, cval, "stack", (st,)), out, backend)
+    recipe = ("deriv", kernels.check_operator(operator), check_axis(axis), _check_bool(normalized, "normalized"))
+    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,)), out, backend)
 
 
 def gradient(
@@ -416,8 +464,8 @@ def gradient(
     x, mode, cval = _prep(input, mode, cval)
     op = kernels.check_operator(operator)
     n = _check_bool(normalized, "normalized")
-    sts = (_derivative_stencil(op, -2, n), _derivative_stencil(op, -1, n))
-    return _run_filter(x, FilterSpec(mode, cval, "stack", sts), out, backend)
+    recipes = (("deriv", op, -2, n), ("deriv", op, -1, n))
+    return _run_filter(x, _filter_text(mode, cval, "stack", recipes), out, backend)
 
 
 def gradient_magnitude(
@@ -455,8 +503,8 @@ def gradient_magnitude(
     x, mode, cval = _prep(input, mode, cval)
     op = kernels.check_operator(operator)
     n = _check_bool(normalized, "normalized")
-    sts = (_derivative_stencil(op, -2, n), _derivative_stencil(op, -1, n))
-    return _run_filter(x, FilterSpec(mode, cval, "magnitude", sts), out, backend)
+    recipes = (("deriv", op, -2, n), ("deriv", op, -1, n))
+    return _run_filter(x, _filter_text(mode, cval, "magnitude", recipes), out, backend)
 
 
 def gradient_direction(
@@ -486,8 +534,8 @@ def gradient_direction(
     """
     x, mode, cval = _prep(input, mode, cval)
     op = kernels.check_operator(operator)
-    sts = (_derivative_stencil(op, -2, False), _derivative_stencil(op, -1, False))
-    return _run_filter(x, FilterSpec(mode, cval, "direction", sts), out, backend)
+    recipes = (("deriv", op, -2, False), ("deriv", op, -1, False))
+    return _run_filter(x, _filter_text(mode, cval, "direction", recipes), out, backend)
 
 
 def _named_operator(operator: str):
@@ -582,7 +630,6 @@ def _gaussian_radii(sigmas, truncate, radius):
     return tuple(radii)
 
 
-@_spec.cached
 def _gaussian_stencil(sigmas, orders, radii):
     passes = []
     for axis, s, o, r in zip((-2, -1), sigmas, orders, radii):
@@ -633,14 +680,16 @@ def gaussian_filter(
     """
     x, mode, cval = _prep(input, mode, cval)
     sigmas = _check_sigma(sigma)
-    st = _gaussian_stencil(sigmas, _check_order(order), _gaussian_radii(sigmas, truncate, radius))
-    if st.is_identity():
+    orders = _check_order(order)
+    radii = _gaussian_radii(sigmas, truncate, radius)
+    if all(s <= 1e-15 for s in sigmas):  # SciPy filters no axis: a copy
         if out is None:
             return x.clone(memory_format=torch.contiguous_format)
         check_out(out, x.shape, x.dtype, x.device)
         _no_grad_out(x)
         return out.copy_(x)
-    return _run_filter(x, FilterSpec(mode, cval, "stack", (st,)), out, backend)
+    recipe = ("gauss", sigmas, orders, radii)
+    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,)), out, backend)
 
 
 def gaussian_gradient_magnitude(
@@ -670,8 +719,8 @@ def gaussian_gradient_magnitude(
     x, mode, cval = _prep(input, mode, cval)
     sigmas = _check_sigma(sigma)
     radii = _gaussian_radii(sigmas, truncate, radius)
-    sts = (_gaussian_stencil(sigmas, (1, 0), radii), _gaussian_stencil(sigmas, (0, 1), radii))
-    return _run_filter(x, FilterSpec(mode, cval, "magnitude", sts), out, backend)
+    recipes = (("gauss", sigmas, (1, 0), radii), ("gauss", sigmas, (0, 1), radii))
+    return _run_filter(x, _filter_text(mode, cval, "magnitude", recipes), out, backend)
 
 
 # -------------------------------------------------------------- selective blur
@@ -744,15 +793,15 @@ def selective_blur(
         raise ValueError("give at most one of sigma and weights")
     if weights is not None:
         w = _weights_tuple(weights, 2)
-        if normalized and bool((w < 0).any()):
+        if normalized and any(v < 0 for row in w for v in row):
             raise ValueError("normalized=True needs non-negative weights (a weighted mean)")
-        kh, kw = w.shape
-        st = _spec.dense(w.tolist(), (_spec.centered_lo(kh), _spec.centered_lo(kw)))
+        kh, kw = len(w), len(w[0])
+        recipe = ("dense", w, (_spec.centered_lo(kh), _spec.centered_lo(kw)))
     elif sigma is not None:
         sigmas = _check_sigma(sigma)
-        st = _gaussian_stencil(sigmas, (0, 0), _gaussian_radii(sigmas, truncate, None))
+        recipe = ("gauss", sigmas, (0, 0), _gaussian_radii(sigmas, truncate, None))
     else:
-        st = _BINOMIAL
+        recipe = ("binomial",)
     if mask is not None:
         if not isinstance(mask, Tensor):
             raise TypeError(f"mask must be a bool torch.Tensor; got {type(mask).__name__}")
@@ -769,7 +818,8 @@ def selective_blur(
         if mask.device != x.device:
             raise ValueError(f"mask is on {mask.device} but input is on {x.device}")
         mask = mask.expand(x.shape)
-    spec = BlurSpec(mode, cval, normalized, keep_border, st)
+    text = _blur_text(mode, cval, normalized, keep_border, recipe)
+    spec = _spec.decode(text)
     backend = check_backend(backend)
     if out is not None:
         check_out(out, x.shape, x.dtype, x.device)
@@ -780,7 +830,6 @@ def selective_blur(
             return eng.blur_forward(x, mask, spec, threshold)
         _ops._write(out, (x, mask), lambda o: eng.blur_forward(x, mask, spec, threshold, out=o))
         return out
-    text = _spec.encode(spec)
     if out is None:
         return _ops.blur_op(x, mask, text, threshold, backend)
     _ops.blur_out_op(x, mask, text, threshold, backend, out)

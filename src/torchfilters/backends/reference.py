@@ -122,23 +122,25 @@ def border_mask(H: int, W: int, st: Stencil, device) -> torch.Tensor:
     return rows[:, None] & cols[None, :]
 
 
-def blur_mask(x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
+def blur_masks(x: torch.Tensor, mask, spec: BlurSpec, threshold: float):
+    """``(m, w)``: the selected pixels, and those written (``m`` minus the kept border).
+
+    A kept border pixel is not written but still counts as a neighbour."""
     m = (x >= threshold) if mask is None else mask.to(device=x.device, dtype=torch.bool)
-    if spec.keep_border:
-        m = m & border_mask(x.shape[-2], x.shape[-1], spec.stencil, x.device)
-    return m
+    w = m & border_mask(x.shape[-2], x.shape[-1], spec.stencil, x.device) if spec.keep_border else m
+    return m, w
 
 
 def blur_compute(x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
-    m = blur_mask(x, mask, spec, threshold)
+    m, w = blur_masks(x, mask, spec, threshold)
     if not spec.normalized:
         b = apply_stencil(x, spec.stencil, spec.mode, spec.cval)
-        return torch.where(m, b, x)
+        return torch.where(w, b, x)
     mf = m.to(x.dtype)
     # outside the image nothing is masked: in constant mode cval never enters the mean
     num = apply_stencil(x * mf, spec.stencil, spec.mode, 0.0)
     den = apply_stencil(mf, spec.stencil, spec.mode, 0.0)
-    use = m & (den > 0)
+    use = w & (den > 0)
     return torch.where(use, num / torch.where(use, den, torch.ones_like(den)), x)
 
 
@@ -208,13 +210,13 @@ def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec) -> torch.Tens
 
 
 def blur_vjp(g: torch.Tensor, x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
-    m = blur_mask(x, mask, spec, threshold)
+    m, w = blur_masks(x, mask, spec, threshold)
     zero = torch.zeros_like(g)
     if not spec.normalized:
-        return apply_stencil_adjoint(torch.where(m, g, zero), spec.stencil, spec.mode) + torch.where(m, zero, g)
+        return apply_stencil_adjoint(torch.where(w, g, zero), spec.stencil, spec.mode) + torch.where(w, zero, g)
     mf = m.to(x.dtype)
     den = apply_stencil(mf, spec.stencil, spec.mode, 0.0)
-    use = m & (den > 0)
+    use = w & (den > 0)
     gd = torch.where(use, g / torch.where(use, den, torch.ones_like(den)), zero)
     return mf * apply_stencil_adjoint(gd, spec.stencil, spec.mode) + torch.where(use, zero, g)
 
