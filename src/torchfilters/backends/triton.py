@@ -1,0 +1,1045 @@
+"""Fused Triton engine: one forward kernel and one backward kernel run every spec.
+
+CUDA tensors of float16 / bfloat16 / float32 / float64 (and CPU tensors under
+``TRITON_INTERPRET=1``, which is how CI tests this file).  Same interface as
+:mod:`.reference`, which is the oracle.
+
+Design
+------
+*Operators are data.*  A spec (:mod:`torchfilters._spec`) is lowered on the
+host, once per ``(spec, H, W, dtype, device[, threshold])``, to
+
+* a **footprint**: the union of the (at most two) stencils' taps, as offsets
+  ``(dy, dx)`` with one weight per stencil, ordered *taps of stencil 0 only*,
+  *taps of both*, *taps of stencil 1 only* (so a tap never multiplies a NaN
+  into a stencil it does not belong to).  A ``sep`` stencil becomes the outer
+  product of its passes (zero taps dropped, as the reference skips them); a
+  ``dense`` one keeps every tap (zeros included, as ``conv2d`` does);
+* **constant-mode corrections** for two-pass ``sep`` stencils: SciPy pads the
+  *outer* pass with ``cval``, not with the inner pass applied to ``cval``
+  rows; the outer product gives ``wB * cval * sum(wA)`` for a tap whose outer
+  coordinate is outside the image where SciPy has ``wB * cval``, so a 1-D term
+  ``cval * (1 - sum(wA)) * wB`` is added along the outer axis;
+* **preimage slots** for the backward: per axis, the padded positions ``j``
+  that fold back onto an image position ``p`` other than ``p`` itself, grouped
+  in families ``j = alpha * p + beta`` valid on a ``p`` interval.
+
+The forward kernel evaluates the footprint on a 2-D tile (rows x cols), folding
+*1-D* row and column index vectors per tap (reflect / mirror / nearest / wrap /
+constant, any radius, 1x1 images) -- no padding copies -- and applies the
+epilogue (``stack``, ``magnitude``, ``direction``, selective-blur ``blend`` /
+``normalized``).  One program handles ``BP`` planes of small images (28x28:
+several planes per program) or one 2-D tile of a large image (halo reads come
+from L1/L2).
+
+The backward kernel is the adjoint, gathered (no atomics): for an input pixel
+``p`` it sums ``w_t * u(q)`` over taps ``t`` and every ``q`` with
+``fold(q + d_t) = p``.  The main term is ``q = p - d_t`` (the correlation of
+``u`` with the flipped footprint); border pixels get the extra preimages,
+evaluated on small bands (a few rows / columns) and added into the register
+tile with ``tl.gather`` -- one rounding, one store.  ``u`` is the upstream
+gradient of each stencil: ``grad`` for ``stack``, ``g * y_k / |y|`` (0 where
+``|y| = 0``) for ``magnitude``, ``(g*y1, -g*y0) / |y|^2`` for ``direction``,
+``m * g`` for ``blend``, ``m * g / blur(m)`` for ``normalized``, recomputed
+from ``x`` at each neighbour.  For large footprints (``NT`` taps, where the
+per-neighbour recompute would cost ``NT**2``) ``u`` is first written by the
+forward kernel to a float32 buffer and the backward reads it (two kernels,
+linear cost).
+
+Arithmetic is float32 for 16/32-bit inputs and float64 for float64, with
+``sqrt_rn`` / ``div_rn`` (IEEE) and an own ``atan2`` (Cephes polynomials; the
+interpreter has no libdevice).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+from typing import NamedTuple, Optional
+
+import torch
+
+import triton
+import triton.language as tl
+
+from .._spec import BlurSpec, FilterSpec, Stencil
+from .._validate import compute_dtype
+from . import reference as _ref
+
+NAME = "triton"
+UNAVAILABLE_HINT = (
+    " (the Triton engine runs CUDA tensors, or CPU tensors when TRITON_INTERPRET=1 is set "
+    "before triton is first imported)"
+)
+
+#: kernel launches by kernel name (tests assert on it: a silent fallback proves nothing)
+LAUNCHES: collections.Counter = collections.Counter()
+#: specs this engine handed to the reference (none that ``functional`` builds)
+FALLBACKS: collections.Counter = collections.Counter()
+
+_MODES = {"reflect": 0, "mirror": 1, "nearest": 2, "wrap": 3, "constant": 4}
+# epilogues
+_STACK, _MAG, _DIR, _BLEND, _NORM = 0, 1, 2, 3, 4
+_U_MAG, _U_DIR, _U_NORM = 5, 6, 7  # forward variants that write u for the two-kernel backward
+_EPILOGUES = {"stack": _STACK, "magnitude": _MAG, "direction": _DIR}
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+#: taps up to which loops are unrolled
+_UNROLL_MAX = 32
+#: footprints above which magnitude/direction/normalized backward go through a u buffer
+_RECOMPUTE_MAX = 12
+
+# tile limits (tests shrink them to exercise multi-tile paths)
+_TILE = {"max_bw": 64, "max_elems": 1024, "max_bp": 8}
+
+
+def set_tile_limits(max_bw: Optional[int] = None, max_elems: Optional[int] = None, max_bp: Optional[int] = None):
+    """Override tile limits (powers of two); returns the previous ones.  For tests."""
+    old = dict(_TILE)
+    for k, v in (("max_bw", max_bw), ("max_elems", max_elems), ("max_bp", max_bp)):
+        if v is not None:
+            _TILE[k] = int(v)
+    _PLANS.clear()
+    return old
+
+
+def interpreted() -> bool:
+    """Whether this module's kernels were built for Triton's CPU interpreter."""
+    return type(_fwd_kernel).__name__ == "InterpretedFunction"
+
+
+def available(device: torch.device, dtype: torch.dtype) -> bool:
+    if dtype not in _FLOATS:
+        return False
+    device = torch.device(device)
+    if device.type == "cuda":
+        return not interpreted() and torch.cuda.is_available()
+    if device.type == "cpu":
+        return interpreted() and os.environ.get("TRITON_INTERPRET") == "1"
+    return False
+
+
+# =============================================================================
+# device code
+
+
+@triton.jit
+def _inside(j, n):
+    return (j >= 0) & (j < n)
+
+
+@triton.jit
+def _fold(j, n, MODE: tl.constexpr, SINGLE: tl.constexpr):
+    """scipy.ndimage boundary folding of integer positions ``j`` into ``[0, n)``.
+
+    ``SINGLE``: every ``j`` is within one reflection of the image (cheap
+    compare/select form).  Constant mode clamps (the caller masks with cval).
+    The result is always clamped, so it is a safe address for any ``j``.
+    """
+    if MODE == 0:  # reflect: d c b a | a b c d | d c b a
+        if SINGLE:
+            j = tl.where(j < 0, -1 - j, j)
+            j = tl.where(j >= n, 2 * n - 1 - j, j)
+        else:
+            p = 2 * n
+            j = j % p
+            j = tl.where(j < 0, j + p, j)  # C and Python remainders agree after this
+            j = tl.where(j >= n, p - 1 - j, j)
+    elif MODE == 1:  # mirror: d c b | a b c d | c b a
+        if SINGLE:
+            j = tl.where(j < 0, -j, j)
+            j = tl.where(j >= n, 2 * n - 2 - j, j)
+        else:
+            p = tl.maximum(2 * n - 2, 1)  # n == 1: everything folds onto 0
+            j = j % p
+            j = tl.where(j < 0, j + p, j)
+            j = tl.where(j >= n, p - j, j)
+    elif MODE == 3:  # wrap
+        if SINGLE:
+            j = tl.where(j < 0, j + n, j)
+            j = tl.where(j >= n, j - n, j)
+        else:
+            j = j % n
+            j = tl.where(j < 0, j + n, j)
+    return tl.minimum(tl.maximum(j, 0), n - 1)
+
+
+@triton.jit
+def _plane_off(pl, n_inner, s_outer, s_inner):
+    """Element offset of planes ``pl`` (int64, shaped ``[BP, 1, 1]``)."""
+    pl = pl.to(tl.int64)
+    return ((pl // n_inner) * s_outer + (pl % n_inner) * s_inner)[:, None, None]
+
+
+@triton.jit
+def _div(a, b, F64: tl.constexpr):
+    if F64:
+        return a / b
+    else:
+        return tl.div_rn(a, b)
+
+
+@triton.jit
+def _sqrt(a, F64: tl.constexpr):
+    if F64:
+        return tl.sqrt(a)
+    else:
+        return tl.sqrt_rn(a)
+
+
+@triton.jit
+def _signbit(v, F64: tl.constexpr):
+    if F64:
+        return v.to(tl.int64, bitcast=True) < 0
+    else:
+        return v.to(tl.int32, bitcast=True) < 0
+
+
+@triton.jit
+def _atan_unit(r, F64: tl.constexpr):
+    """atan(r) for r in [0, 1] (Cephes atan / atanf, about 1 ulp)."""
+    if F64:
+        big = r > 0.66
+        x = tl.where(big, (r - 1.0) / (r + 1.0), r)
+        z = x * x
+        p = (((-8.750608600031904122785e-1 * z - 1.615753718733365076637e1) * z - 7.500855792314704667340e1) * z
+             - 1.228866684490136173410e2) * z - 6.485021904942025371773e1
+        q = ((((z + 2.485846490142306297962e1) * z + 1.650270098316988542046e2) * z + 4.328810604912902668951e2) * z
+             + 4.853903996359136964868e2) * z + 1.945506571482613964425e2
+        z = x * (z * p / q) + x
+        return tl.where(big, 0.78539816339744830962 + (z + 3.061616997868382943065e-17), z)
+    else:
+        big = r > 0.41421356237309503
+        x = tl.where(big, tl.div_rn(r - 1.0, r + 1.0), r)
+        z = x * x
+        p = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * x + x
+        return tl.where(big, 0.78539816339744830962 + p, p)
+
+
+@triton.jit
+def _atan2(y, x, F64: tl.constexpr):
+    """C ``atan2`` (signed zeros, infinities, NaN), as torch.atan2."""
+    ay = tl.abs(y)
+    ax = tl.abs(x)
+    swap = ay > ax
+    mn = tl.where(swap, ax, ay)
+    mx = tl.where(swap, ay, ax)
+    both_inf = (ay == float("inf")) & (ax == float("inf"))
+    r = tl.where(mx == 0, 0.0, _div(mn, tl.where(mx == 0, 1.0, mx), F64))
+    r = tl.where(both_inf, 1.0, r)
+    t = _atan_unit(r, F64)
+    t = tl.where(swap, 1.57079632679489661923 - t, t)
+    t = tl.where(_signbit(x, F64), 3.14159265358979323846 - t, t)
+    t = tl.where(_signbit(y, F64), -t, t)
+    return tl.where((y != y) | (x != x), y + x, t)
+
+
+@triton.jit
+def _sel(xv, fr, fc, ok, env, cfg: tl.constexpr):
+    """Selective-blur mask at in-image positions ``(fr, fc)``."""
+    xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
+    HAS_MASK: tl.constexpr = cfg[9]
+    KEEP_BORDER: tl.constexpr = cfg[10]
+    if HAS_MASK:
+        m = tl.load(mp + fr[None, :, None] * m_sh + fc[None, None, :] * m_sw, mask=ok, other=0) != 0
+    else:
+        m = xv >= thr
+    if KEEP_BORDER:
+        rin = (fr + by0 >= 0) & (fr + by1 <= H - 1)
+        cin = (fc + bx0 >= 0) & (fc + bx1 <= W - 1)
+        m = m & rin[None, :, None] & cin[None, None, :]
+    return m & ok
+
+
+@triton.jit
+def _tap(t, acc0, acc1, rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1: tl.constexpr):
+    """Accumulate footprint tap ``t`` at positions ``rows x cols`` into the stencils."""
+    xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
+    MODE: tl.constexpr = cfg[0]
+    SINGLE: tl.constexpr = cfg[1]
+    NT: tl.constexpr = cfg[2]
+    CH: tl.constexpr = cfg[8]
+    ACC: tl.constexpr = cfg[11]
+    dy = tl.load(ip + t)
+    dx = tl.load(ip + NT + t)
+    r = rows + dy
+    c = cols + dx
+    fr = _fold(r, H, MODE, SINGLE)
+    fc = _fold(c, W, MODE, SINGLE)
+    if MODE == 4:
+        ok = valid & _inside(r, H)[None, :, None] & _inside(c, W)[None, None, :]
+    else:
+        ok = valid
+    v = tl.load(xp + fr[None, :, None] * x_sh + fc[None, None, :] * x_sw, mask=ok, other=0.0).to(ACC)
+    if MODE == 4:
+        v = tl.where(ok, v, cval)  # cval in the compute dtype, not rounded to x's
+    if CH == 1:  # normalized blur: channels (m * x, m); nothing outside the image is masked
+        mf = _sel(v, fr, fc, ok, env, cfg).to(ACC)
+        v0 = mf * v
+        v1 = mf
+    else:
+        v0 = v
+        v1 = v
+    if DO0:
+        acc0 += tl.load(fp + t) * v0
+    if DO1:
+        acc1 += tl.load(fp + NT + t) * v1
+    return acc0, acc1
+
+
+@triton.jit
+def _stencils(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1: tl.constexpr):
+    """The (up to two) stencils evaluated at ``rows x cols`` (1-D index vectors)."""
+    xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
+    NT: tl.constexpr = cfg[2]
+    NA: tl.constexpr = cfg[3]
+    NB: tl.constexpr = cfg[4]
+    NCY: tl.constexpr = cfg[6]
+    NCX: tl.constexpr = cfg[7]
+    ACC: tl.constexpr = cfg[11]
+    UNROLL: tl.constexpr = cfg[12]
+    acc0 = tl.full(valid.shape, -0.0, ACC)  # -0.0: the sum of the terms, signed zeros included
+    acc1 = tl.full(valid.shape, -0.0, ACC)
+    if UNROLL:
+        if DO0:
+            for t in tl.static_range(0, NA):
+                acc0, acc1 = _tap(t, acc0, acc1, rows, cols, valid, env, cfg, True, False)
+        for t in tl.static_range(NA, NA + NB):
+            acc0, acc1 = _tap(t, acc0, acc1, rows, cols, valid, env, cfg, DO0, DO1)
+        if DO1:
+            for t in tl.static_range(NA + NB, NT):
+                acc0, acc1 = _tap(t, acc0, acc1, rows, cols, valid, env, cfg, False, True)
+    else:
+        if DO0:
+            for t in range(0, NA):
+                acc0, acc1 = _tap(t, acc0, acc1, rows, cols, valid, env, cfg, True, False)
+        for t in range(NA, NA + NB):
+            acc0, acc1 = _tap(t, acc0, acc1, rows, cols, valid, env, cfg, DO0, DO1)
+        if DO1:
+            for t in range(NA + NB, NT):
+                acc0, acc1 = _tap(t, acc0, acc1, rows, cols, valid, env, cfg, False, True)
+    if NCY + NCX > 0:  # constant mode, two-pass sep: the outer pass pads with cval
+        cy0 = tl.zeros(rows.shape, ACC)
+        cy1 = tl.zeros(rows.shape, ACC)
+        cx0 = tl.zeros(cols.shape, ACC)
+        cx1 = tl.zeros(cols.shape, ACC)
+        for e in range(NCY):
+            outside = ~_inside(rows + tl.load(ip + 2 * NT + e), H)
+            cy0 += tl.where(outside, tl.load(fp + 2 * NT + e), 0.0)
+            cy1 += tl.where(outside, tl.load(fp + 2 * NT + NCY + e), 0.0)
+        for e in range(NCX):
+            outside = ~_inside(cols + tl.load(ip + 2 * NT + NCY + e), W)
+            cx0 += tl.where(outside, tl.load(fp + 2 * NT + 2 * NCY + e), 0.0)
+            cx1 += tl.where(outside, tl.load(fp + 2 * NT + 2 * NCY + NCX + e), 0.0)
+        if DO0:
+            acc0 += cy0[None, :, None] + cx0[None, None, :]
+        if DO1:
+            acc1 += cy1[None, :, None] + cx1[None, None, :]
+    return acc0, acc1
+
+
+@triton.jit
+def _u_from_y(y0, y1, g, EPI: tl.constexpr, K: tl.constexpr, F64: tl.constexpr):
+    """Upstream gradient of each stencil from the stencil values and the output gradient."""
+    if EPI == 1:  # magnitude: g * y_k / |y|, 0 where |y| == 0
+        s = y0 * y0
+        if K == 2:
+            s += y1 * y1
+        zero = s == 0
+        scale = tl.where(zero, 0.0, _div(g, tl.where(zero, 1.0, _sqrt(s, F64)), F64))
+        return scale * y0, scale * y1
+    else:  # direction: d atan2(a, b) = (b da - a db) / (a^2 + b^2)
+        r = y0 * y0 + y1 * y1
+        zero = r == 0
+        scale = tl.where(zero, 0.0, _div(g, tl.where(zero, 1.0, r), F64))
+        return scale * y1, -(scale * y0)
+
+
+@triton.jit
+def _u_at(qr, qc, vq, env, genv, cfg: tl.constexpr, NEED0: tl.constexpr, NEED1: tl.constexpr):
+    """Upstream gradients ``(u0, u1)`` at positions ``qr x qc`` (0 where not ``vq``)."""
+    xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
+    gp, g_sh, g_sw, up, u_sh, u_sw, u_sk = genv
+    K: tl.constexpr = cfg[5]
+    ACC: tl.constexpr = cfg[11]
+    EPI: tl.constexpr = cfg[13]
+    USRC: tl.constexpr = cfg[14]
+    F64: tl.constexpr = cfg[15]
+    qr = tl.minimum(tl.maximum(qr, 0), H - 1)
+    qc = tl.minimum(tl.maximum(qc, 0), W - 1)
+    if USRC == 1 or EPI == 0:  # read u (the grad planes for stack, else the u buffer)
+        uptr = up + qr[None, :, None] * u_sh + qc[None, None, :] * u_sw
+        if NEED0:
+            u0 = tl.load(uptr, mask=vq, other=0.0).to(ACC)
+        else:
+            u0 = tl.zeros(vq.shape, ACC)
+        if NEED1:
+            u1 = tl.load(uptr + u_sk, mask=vq, other=0.0).to(ACC)
+        else:
+            u1 = u0
+    elif EPI == 1 or EPI == 2:
+        y0, y1 = _stencils(qr, qc, vq, env, cfg, True, K == 2)
+        g = tl.load(gp + qr[None, :, None] * g_sh + qc[None, None, :] * g_sw, mask=vq, other=0.0).to(ACC)
+        u0, u1 = _u_from_y(y0, y1, g, EPI, K, F64)
+        u0 = tl.where(vq, u0, 0.0)
+        u1 = tl.where(vq, u1, 0.0)
+    elif EPI == 3:  # blend: m * g
+        xv = tl.load(xp + qr[None, :, None] * x_sh + qc[None, None, :] * x_sw, mask=vq, other=0.0).to(ACC)
+        m = _sel(xv, qr, qc, vq, env, cfg)
+        g = tl.load(gp + qr[None, :, None] * g_sh + qc[None, None, :] * g_sw, mask=vq, other=0.0).to(ACC)
+        u0 = tl.where(m, g, 0.0)
+        u1 = u0
+    else:  # normalized: m * g / blur(m)  (0 where blur(m) == 0)
+        _d, den = _stencils(qr, qc, vq, env, cfg, False, True)
+        xv = tl.load(xp + qr[None, :, None] * x_sh + qc[None, None, :] * x_sw, mask=vq, other=0.0).to(ACC)
+        use = _sel(xv, qr, qc, vq, env, cfg) & (den > 0)
+        g = tl.load(gp + qr[None, :, None] * g_sh + qc[None, None, :] * g_sw, mask=vq, other=0.0).to(ACC)
+        u0 = tl.where(use, _div(g, tl.where(use, den, 1.0), F64), 0.0)
+        u1 = u0
+    return u0, u1
+
+
+@triton.jit
+def _adj_tap(t, adj, jr, jc, valid, env, genv, cfg: tl.constexpr, NEED0: tl.constexpr, NEED1: tl.constexpr):
+    xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
+    NT: tl.constexpr = cfg[2]
+    qr = jr - tl.load(ip + t)
+    qc = jc - tl.load(ip + NT + t)
+    vq = valid & _inside(qr, H)[None, :, None] & _inside(qc, W)[None, None, :]
+    u0, u1 = _u_at(qr, qc, vq, env, genv, cfg, NEED0, NEED1)
+    if NEED0:
+        adj += tl.load(fp + t) * u0
+    if NEED1:
+        adj += tl.load(fp + NT + t) * u1
+    return adj
+
+
+@triton.jit
+def _adjoint(pv, jr, vr, jc, vc, env, genv, cfg: tl.constexpr):
+    """``sum_t w_t u(j - d_t)`` at padded positions ``jr x jc`` (valid where ``pv x vr x vc``)."""
+    NT: tl.constexpr = cfg[2]
+    NA: tl.constexpr = cfg[3]
+    NB: tl.constexpr = cfg[4]
+    K: tl.constexpr = cfg[5]
+    ACC: tl.constexpr = cfg[11]
+    EPI: tl.constexpr = cfg[13]
+    # unrolled only when u is one load (a recomputing u unrolls its own stencil loop)
+    UNROLL: tl.constexpr = cfg[12] and (EPI == 0 or cfg[14] == 1)
+    TWO: tl.constexpr = K == 2 and (EPI == 0 or EPI == 1 or EPI == 2)  # two upstream gradients
+    valid = pv[:, None, None] & vr[None, :, None] & vc[None, None, :]
+    adj = tl.zeros(valid.shape, ACC)
+    if UNROLL:
+        for t in tl.static_range(0, NA):
+            adj = _adj_tap(t, adj, jr, jc, valid, env, genv, cfg, True, False)
+        for t in tl.static_range(NA, NA + NB):
+            adj = _adj_tap(t, adj, jr, jc, valid, env, genv, cfg, True, TWO)
+        for t in tl.static_range(NA + NB, NT):
+            adj = _adj_tap(t, adj, jr, jc, valid, env, genv, cfg, False, True)
+    else:
+        for t in range(0, NA):
+            adj = _adj_tap(t, adj, jr, jc, valid, env, genv, cfg, True, False)
+        for t in range(NA, NA + NB):
+            adj = _adj_tap(t, adj, jr, jc, valid, env, genv, cfg, True, TWO)
+        for t in range(NA + NB, NT):
+            adj = _adj_tap(t, adj, jr, jc, valid, env, genv, cfg, False, True)
+    return adj
+
+
+@triton.jit
+def _expand(band, off, N: tl.constexpr, AXIS: tl.constexpr):
+    """Place ``band`` (``BB`` rows or columns: ``AXIS`` 1 or 2) at offset ``off`` of an
+    ``N``-long axis, 0 elsewhere (exact: no arithmetic on the values)."""
+    BB: tl.constexpr = band.shape[AXIS]
+    i = tl.arange(0, N) - off
+    inb = (i >= 0) & (i < BB)
+    idx = tl.minimum(tl.maximum(i, 0), BB - 1)
+    if AXIS == 1:
+        if BB == 1:
+            return tl.where(inb[None, :, None], band, 0.0)
+        idx = tl.broadcast_to(idx[None, :, None], (band.shape[0], N, band.shape[2]))
+        return tl.where(inb[None, :, None], tl.gather(band, idx, 1), 0.0)
+    else:
+        if BB == 1:
+            return tl.where(inb[None, None, :], band, 0.0)
+        idx = tl.broadcast_to(idx[None, None, :], (band.shape[0], band.shape[1], N))
+        return tl.where(inb[None, None, :], tl.gather(band, idx, 2), 0.0)
+
+
+@triton.jit
+def _fwd_kernel(
+    x_ptr, x_ni, x_so, x_si, x_sh, x_sw,
+    m_ptr, m_ni, m_so, m_si, m_sh, m_sw,
+    g_ptr, g_ni, g_so, g_si, g_sh, g_sw,
+    o_ptr, o_ni, o_so, o_si, o_sh, o_sw, o_sk,
+    ip, fp, NP, H, W, n_th, n_tw, by0, by1, bx0, bx1,
+    MODE: tl.constexpr, SINGLE: tl.constexpr, NT: tl.constexpr, NA: tl.constexpr, NB: tl.constexpr,
+    K: tl.constexpr, NCY: tl.constexpr, NCX: tl.constexpr, CH: tl.constexpr, HAS_MASK: tl.constexpr,
+    KEEP_BORDER: tl.constexpr, ACC: tl.constexpr, UNROLL: tl.constexpr, EPI: tl.constexpr, F64: tl.constexpr,
+    BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
+):
+    """Stencils + epilogue on a ``[BP planes, BH rows, BW cols]`` tile."""
+    cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, 0, F64)
+    pid = tl.program_id(0)
+    tw = pid % n_tw
+    rest = pid // n_tw
+    th = rest % n_th
+    pg = rest // n_th
+    pl = pg * BP + tl.arange(0, BP)
+    rows = th * BH + tl.arange(0, BH)
+    cols = tw * BW + tl.arange(0, BW)
+    valid = (pl < NP)[:, None, None] & (rows < H)[None, :, None] & (cols < W)[None, None, :]
+    pl = tl.minimum(pl, NP - 1)
+    rs = tl.minimum(rows, H - 1)
+    cs = tl.minimum(cols, W - 1)
+    cval = tl.load(fp + 2 * NT + 2 * NCY + 2 * NCX)
+    thr = tl.load(fp + 2 * NT + 2 * NCY + 2 * NCX + 1)
+    xp = x_ptr + _plane_off(pl, x_ni, x_so, x_si)
+    mp = m_ptr + _plane_off(pl, m_ni, m_so, m_si)
+    env = (xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1)
+    if EPI == 7:
+        _d, acc1 = _stencils(rows, cols, valid, env, cfg, False, True)
+        acc0 = acc1
+    else:
+        acc0, acc1 = _stencils(rows, cols, valid, env, cfg, True, K == 2 or CH == 1)
+    optr = o_ptr + _plane_off(pl, o_ni, o_so, o_si) + rs[None, :, None] * o_sh + cs[None, None, :] * o_sw
+    OT = o_ptr.dtype.element_ty
+    if EPI == 0:
+        tl.store(optr, acc0.to(OT), mask=valid)
+        if K == 2:
+            tl.store(optr + o_sk, acc1.to(OT), mask=valid)
+    elif EPI == 1:
+        s = acc0 * acc0
+        if K == 2:
+            s += acc1 * acc1
+        tl.store(optr, _sqrt(s, F64).to(OT), mask=valid)
+    elif EPI == 2:
+        tl.store(optr, _atan2(acc0, acc1, F64).to(OT), mask=valid)
+    elif EPI == 3 or EPI == 4 or EPI == 7:
+        xv = tl.load(xp + rs[None, :, None] * x_sh + cs[None, None, :] * x_sw, mask=valid, other=0.0).to(ACC)
+        m = _sel(xv, rs, cs, valid, env, cfg)
+        if EPI == 3:
+            y = tl.where(m, acc0, xv)
+        else:
+            use = m & (acc1 > 0)
+            if EPI == 4:
+                y = tl.where(use, _div(acc0, tl.where(use, acc1, 1.0), F64), xv)
+            else:  # u for the two-kernel normalized backward
+                gp = g_ptr + _plane_off(pl, g_ni, g_so, g_si)
+                g = tl.load(gp + rs[None, :, None] * g_sh + cs[None, None, :] * g_sw, mask=valid, other=0.0).to(ACC)
+                y = tl.where(use, _div(g, tl.where(use, acc1, 1.0), F64), 0.0)
+        tl.store(optr, y.to(OT), mask=valid)
+    else:  # 5, 6: u of magnitude / direction for the two-kernel backward
+        gp = g_ptr + _plane_off(pl, g_ni, g_so, g_si)
+        g = tl.load(gp + rs[None, :, None] * g_sh + cs[None, None, :] * g_sw, mask=valid, other=0.0).to(ACC)
+        u0, u1 = _u_from_y(acc0, acc1, g, EPI - 4, K, F64)
+        tl.store(optr, u0.to(OT), mask=valid)
+        if K == 2:
+            tl.store(optr + o_sk, u1.to(OT), mask=valid)
+
+
+@triton.jit
+def _bwd_kernel(
+    x_ptr, x_ni, x_so, x_si, x_sh, x_sw,
+    m_ptr, m_ni, m_so, m_si, m_sh, m_sw,
+    g_ptr, g_ni, g_so, g_si, g_sh, g_sw,
+    u_ptr, u_ni, u_so, u_si, u_sh, u_sw, u_sk,
+    o_ptr, o_ni, o_so, o_si, o_sh, o_sw,
+    ip, fp, NP, H, W, n_th, n_tw, by0, by1, bx0, bx1, SY, SX,
+    MODE: tl.constexpr, SINGLE: tl.constexpr, NT: tl.constexpr, NA: tl.constexpr, NB: tl.constexpr,
+    K: tl.constexpr, NCY: tl.constexpr, NCX: tl.constexpr, CH: tl.constexpr, HAS_MASK: tl.constexpr,
+    KEEP_BORDER: tl.constexpr, ACC: tl.constexpr, UNROLL: tl.constexpr, EPI: tl.constexpr, USRC: tl.constexpr,
+    F64: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr, BBY: tl.constexpr,
+    BBX: tl.constexpr, EXTRAS: tl.constexpr,
+):
+    """Adjoint on a ``[BP, BH, BW]`` tile of the input gradient: main term, border bands, epilogue."""
+    cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, USRC, F64)
+    SL: tl.constexpr = 2 * NT + NCY + NCX  # slot tables in ip: SY rows, then SX columns, 4 ints each
+    pid = tl.program_id(0)
+    tw = pid % n_tw
+    rest = pid // n_tw
+    th = rest % n_th
+    pg = rest // n_th
+    r0 = th * BH
+    c0 = tw * BW
+    pl = pg * BP + tl.arange(0, BP)
+    rows = r0 + tl.arange(0, BH)
+    cols = c0 + tl.arange(0, BW)
+    pv = pl < NP
+    rv = rows < H
+    cv = cols < W
+    pl = tl.minimum(pl, NP - 1)
+    rs = tl.minimum(rows, H - 1)
+    cs = tl.minimum(cols, W - 1)
+    cval = tl.load(fp + 2 * NT + 2 * NCY + 2 * NCX)
+    thr = tl.load(fp + 2 * NT + 2 * NCY + 2 * NCX + 1)
+    xp = x_ptr + _plane_off(pl, x_ni, x_so, x_si)
+    mp = m_ptr + _plane_off(pl, m_ni, m_so, m_si)
+    gp = g_ptr + _plane_off(pl, g_ni, g_so, g_si)
+    up = u_ptr + _plane_off(pl, u_ni, u_so, u_si)
+    env = (xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1)
+    genv = (gp, g_sh, g_sw, up, u_sh, u_sw, u_sk)
+    # main term: the preimage j = p itself
+    adj = _adjoint(pv, rows, rv, cols, cv, env, genv, cfg)
+    if EXTRAS:
+        # Border pixels: the other padded positions j that fold onto p.  Row slots are evaluated
+        # on bands of BBY rows (full tile width: identity columns, then each column slot), column
+        # slots on bands of BBX columns; three _adjoint call sites in all (each is inlined).
+        rlast = tl.minimum(r0 + BH, H) - 1
+        clast = tl.minimum(c0 + BW, W) - 1
+        for s in range(SY):
+            sp = ip + SL + 4 * s
+            ay = tl.load(sp)
+            by_ = tl.load(sp + 1)
+            lo = tl.maximum(tl.load(sp + 2), r0)
+            hi = tl.minimum(tl.load(sp + 3), rlast)
+            for b0 in range(lo, hi + 1, BBY):
+                pr = b0 + tl.arange(0, BBY)
+                jr = ay * pr + by_
+                vr = pr <= hi
+                band = tl.zeros((BP, BBY, BW), ACC)
+                for sx in range(0, SX + 1):  # 0: the columns themselves; k > 0: column slot k - 1
+                    spx = ip + SL + 4 * SY + 4 * (sx - 1)
+                    slot = sx > 0
+                    ax = tl.load(spx, mask=slot, other=1)
+                    bx_ = tl.load(spx + 1, mask=slot, other=0)
+                    lox = tl.maximum(tl.load(spx + 2, mask=slot, other=0), c0)
+                    hix = tl.minimum(tl.load(spx + 3, mask=slot, other=W - 1), clast)
+                    if lox <= hix:
+                        vc = (cols >= lox) & (cols <= hix)
+                        band += _adjoint(pv, jr, vr, ax * cols + bx_, vc, env, genv, cfg)
+                adj += _expand(band, b0 - r0, BH, 1)
+        for sx in range(SX):
+            spx = ip + SL + 4 * SY + 4 * sx
+            ax = tl.load(spx)
+            bx_ = tl.load(spx + 1)
+            lox = tl.maximum(tl.load(spx + 2), c0)
+            hix = tl.minimum(tl.load(spx + 3), clast)
+            for d0 in range(lox, hix + 1, BBX):
+                pc = d0 + tl.arange(0, BBX)
+                band = _adjoint(pv, rows, rv, ax * pc + bx_, pc <= hix, env, genv, cfg)
+                adj += _expand(band, d0 - c0, BW, 2)
+    valid = pv[:, None, None] & rv[None, :, None] & cv[None, None, :]
+    if EPI == 3 or EPI == 4:
+        xv = tl.load(xp + rs[None, :, None] * x_sh + cs[None, None, :] * x_sw, mask=valid, other=0.0).to(ACC)
+        m = _sel(xv, rs, cs, valid, env, cfg)
+        g = tl.load(gp + rs[None, :, None] * g_sh + cs[None, None, :] * g_sw, mask=valid, other=0.0).to(ACC)
+        if EPI == 3:  # blur^T(m g) + (1 - m) g
+            gin = adj + tl.where(m, 0.0, g)
+        else:  # m blur^T(g m / blur(m)) + (1 - use) g
+            _n, den = _stencils(rows, cols, valid, env, cfg, False, True)
+            use = m & (den > 0)
+            gin = m.to(ACC) * adj + tl.where(use, 0.0, g)
+    else:
+        gin = adj
+    optr = o_ptr + _plane_off(pl, o_ni, o_so, o_si) + rs[None, :, None] * o_sh + cs[None, None, :] * o_sw
+    tl.store(optr, gin.to(o_ptr.dtype.element_ty), mask=valid)
+
+
+# =============================================================================
+# host side: lowering specs to footprints, tiles and slots
+
+
+def _np2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _stencil_taps(st: Stencil, mode: str, cval: float):
+    """``({(dy, dx): w}, [(axis, d, coeff)])`` for one stencil, or None if not supported."""
+    if st.kind == "dense":
+        taps = {}
+        for a, row in enumerate(st.taps):
+            for b, w in enumerate(row):
+                taps[(st.lo[0] + a, st.lo[1] + b)] = float(w)  # zeros kept: 0 * NaN as conv2d
+        return taps, []
+    passes = st.passes
+    if not passes:
+        return {(0, 0): 1.0}, []
+    if len(passes) == 1:
+        p = passes[0]
+        taps = {}
+        for i, w in enumerate(p.taps):
+            if w != 0.0:
+                d = p.lo + i
+                taps[(d, 0) if p.axis == -2 else (0, d)] = float(w)
+        return taps, []
+    if len(passes) == 2 and passes[0].axis != passes[1].axis:
+        inner, outer = passes
+        ti = [(inner.lo + i, float(w)) for i, w in enumerate(inner.taps) if w != 0.0]
+        to = [(outer.lo + i, float(w)) for i, w in enumerate(outer.taps) if w != 0.0]
+        taps = {}
+        for di, wi in ti:
+            for do, wo in to:
+                taps[(di, do) if inner.axis == -2 else (do, di)] = wi * wo
+        corr = []
+        if mode == "constant" and cval != 0.0:
+            k = 1.0 - math.fsum(w for _, w in ti)
+            if k != 0.0:
+                corr = [(outer.axis, do, cval * k * wo) for do, wo in to]
+        return taps, corr
+    return None
+
+
+def _slots(n: int, lo: int, hi: int, mode: str):
+    """Extra preimages along one axis: ``(alpha, beta, p_lo, p_hi)`` -- for every ``p`` in
+    ``[p_lo, p_hi]``, ``j = alpha * p + beta != p`` lies in the padded range
+    ``[min(lo, 0), n - 1 + max(hi, 0)]`` and folds onto ``p``.  Every such ``(p, j)``
+    appears exactly once."""
+    L, U = min(lo, 0), n - 1 + max(hi, 0)
+    out = []
+
+    def add(alpha, beta, a, b):
+        a, b = max(a, 0), min(b, n - 1)
+        if a <= b:
+            out.append((alpha, beta, a, b))
+
+    if mode == "constant":
+        return out
+    if mode == "nearest" or (mode == "mirror" and n == 1):
+        for j in range(L, 0):
+            add(0, j, 0, 0)
+        for j in range(n, U + 1):
+            add(0, j, n - 1, n - 1)
+        return out
+    P = {"reflect": 2 * n, "mirror": 2 * n - 2, "wrap": n}[mode]
+    mlo, mhi = (L - n) // P - 1, -((-(U + n)) // P) + 1
+    for m in range(mlo, mhi + 1):
+        if m != 0:  # family A: j = p + P m
+            add(1, P * m, L - P * m, U - P * m)
+        if mode == "reflect":  # family B: j = 2n - 1 - p + P m
+            beta = P - 1 + P * m
+            add(-1, beta, beta - U, beta - L)
+        elif mode == "mirror":  # j = P m - p; at p = 0 and p = n - 1 that is family A again
+            beta = P * m
+            a, b = beta - U, beta - L
+            add(-1, beta, max(a, 1), min(b, n - 2))
+    return out
+
+
+class _Plan(NamedTuple):
+    ip: torch.Tensor
+    fp: torch.Tensor
+    ce: dict  # constexprs shared by both kernels
+    NT: int
+    ext: tuple  # (by0, by1, bx0, bx1) keep-border extents
+    SY: int
+    SX: int
+    BBY: int
+    BBX: int
+    BP: int
+    BH: int
+    BW: int
+    n_th: int
+    n_tw: int
+    warps: int
+    recompute: bool
+
+
+_PLANS: dict = {}
+
+
+def _lower(spec, H, W, NP, dtype, device, threshold):
+    """Build (and cache) the launch plan of ``spec`` on ``NP`` planes of ``H x W``."""
+    key = (spec, H, W, min(NP, 64), dtype, device, threshold, tuple(_TILE.values()))
+    plan = _PLANS.get(key)
+    if plan is not None:
+        return plan
+    acc = compute_dtype(dtype)
+    if isinstance(spec, BlurSpec):
+        mode, cval = spec.mode, (0.0 if spec.normalized else spec.cval)
+        lowered = _stencil_taps(spec.stencil, mode, cval)
+        if lowered is None:
+            return None
+        taps, corr = lowered
+        if spec.normalized:  # two channels (m x, m) through the same stencil
+            stencils = [(taps, corr), (taps, corr)]
+            K, CH = 1, 1
+            epi = _NORM
+        else:
+            stencils = [(taps, corr)]
+            K, CH = 1, 0
+            epi = _BLEND
+        (ly, hy), (lx, hx) = spec.stencil.extent(-2), spec.stencil.extent(-1)
+        ext = (ly, hy, lx, hx)
+        has_mask_possible = True
+    else:
+        if len(spec.stencils) > 2 or (spec.epilogue == "direction" and len(spec.stencils) != 2):
+            return None
+        mode, cval = spec.mode, spec.cval
+        stencils = []
+        for st in spec.stencils:
+            lowered = _stencil_taps(st, mode, cval)
+            if lowered is None:
+                return None
+            stencils.append(lowered)
+        K, CH = len(stencils), 0
+        epi = _EPILOGUES[spec.epilogue]
+        ext = (0, 0, 0, 0)
+        has_mask_possible = False
+    del has_mask_possible
+    t0 = stencils[0][0]
+    t1 = stencils[1][0] if len(stencils) == 2 else {}
+    if CH == 1:
+        group_a, group_b, group_c = [], sorted(t0), []
+    else:
+        group_a = sorted(k for k in t0 if k not in t1)
+        group_b = sorted(k for k in t0 if k in t1)
+        group_c = sorted(k for k in t1 if k not in t0)
+    offs = group_a + group_b + group_c
+    if not offs:  # a stencil of zeros: keep one (zero-weight) tap so the kernels stay uniform
+        offs = group_a = [(0, 0)]
+        t0 = {(0, 0): 0.0}
+    NT = len(offs)
+    w0 = [t0.get(o, 0.0) for o in offs]
+    w1 = [t1.get(o, 0.0) if CH == 0 else t0.get(o, 0.0) for o in offs]
+    corr_y, corr_x = [], []
+    for k, (_, corr) in enumerate(stencils[:2] if CH == 0 else stencils[:1]):
+        for axis, d, c in corr:
+            (corr_y if axis == -2 else corr_x).append((k, d, c))
+    cy = sorted({d for _, d, _ in corr_y})
+    cx = sorted({d for _, d, _ in corr_x})
+    cy0 = [sum(c for k, d, c in corr_y if k == 0 and d == e) for e in cy]
+    cy1 = [sum(c for k, d, c in corr_y if k == 1 and d == e) for e in cy]
+    cx0 = [sum(c for k, d, c in corr_x if k == 0 and d == e) for e in cx]
+    cx1 = [sum(c for k, d, c in corr_x if k == 1 and d == e) for e in cx]
+
+    dys = [o[0] for o in offs]
+    dxs = [o[1] for o in offs]
+    lo_y, hi_y, lo_x, hi_x = min(dys), max(dys), min(dxs), max(dxs)
+
+    def single(n, lo, hi):
+        if mode in ("nearest", "constant"):
+            return True
+        if mode == "mirror":
+            return n >= 2 and -lo <= n - 1 and hi <= n - 1
+        return -lo <= n and hi <= n
+
+    SINGLE = single(H, lo_y, hi_y) and single(W, lo_x, hi_x)
+    sy = _slots(H, lo_y, hi_y, mode)
+    sx = _slots(W, lo_x, hi_x, mode)
+
+    # tiles
+    BW = min(_np2(W), _TILE["max_bw"])
+    BH = min(_np2(H), max(1, _TILE["max_elems"] // BW))
+    BP = max(1, min(_TILE["max_bp"], _TILE["max_elems"] // (BH * BW), _np2(NP)))
+    BBY = min(_np2(max([b - a + 1 for _, _, a, b in sy], default=1)), BH)
+    BBX = min(_np2(max([b - a + 1 for _, _, a, b in sx], default=1)), BW)
+    n_th, n_tw = -(-H // BH), -(-W // BW)
+    warps = max(1, min(8, BP * BH * BW // 128))  # about 4 elements per thread
+
+    ints = dys + dxs + cy + cx + [v for s in sy for v in s] + [v for s in sx for v in s]
+    floats = w0 + w1 + cy0 + cy1 + cx0 + cx1 + [cval, threshold if threshold is not None else 0.0]
+    ip = torch.tensor(ints, dtype=torch.int32).to(device)
+    fp = torch.tensor(floats, dtype=acc).to(device)
+    ce = dict(
+        MODE=_MODES[mode], SINGLE=SINGLE, NT=NT, NA=len(group_a), NB=len(group_b), K=K,
+        NCY=len(cy), NCX=len(cx), CH=CH, ACC=tl.float64 if acc == torch.float64 else tl.float32,
+        UNROLL=NT <= _UNROLL_MAX, F64=acc == torch.float64,
+    )
+    plan = _Plan(ip, fp, ce, NT, ext, len(sy), len(sx), BBY, BBX, BP, BH, BW, n_th, n_tw, warps,
+                 recompute=NT <= _RECOMPUTE_MAX)
+    _PLANS[key] = plan
+    if len(_PLANS) > 512:
+        _PLANS.pop(next(iter(_PLANS)))
+    return plan
+
+
+def _planes(t: torch.Tensor):
+    """``(t, n_inner, s_outer, s_inner, s_h, s_w)``: plane ``i`` of ``t`` (leading dims
+    flattened) starts at ``(i // n_inner) * s_outer + (i % n_inner) * s_inner``."""
+    dims = []
+    for n, s in zip(t.shape[:-2], t.stride()[:-2]):
+        if n == 1:
+            continue
+        if dims and dims[-1][1] == s * n:
+            dims[-1] = (dims[-1][0] * n, s)
+        else:
+            dims.append((n, s))
+    if len(dims) > 2:
+        t = t.contiguous()
+        return _planes(t)
+    sh, sw = t.stride(-2), t.stride(-1)
+    if not dims:
+        return t, 1, 0, 0, sh, sw
+    if len(dims) == 1:
+        return t, 1, dims[0][1], 0, sh, sw
+    return t, dims[1][0], dims[0][1], dims[1][1], sh, sw
+
+
+def _check_out(out, shape, dtype, device, inputs):
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor; got {type(out).__name__}")
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != device:
+        raise ValueError(
+            f"out must have shape {tuple(shape)}, dtype {dtype} and device {device}; "
+            f"got {tuple(out.shape)}, {out.dtype}, {out.device}"
+        )
+    for t in inputs:
+        if t is not None and t.numel() and out.numel():
+            if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                raise ValueError("out must not share memory with the inputs")
+
+
+def _fallback(name, *args, **kw):
+    FALLBACKS[name] += 1
+    return getattr(_ref, name)(*args, **kw)
+
+
+def _safe_offsets(*ts):
+    for t in ts:
+        if t is not None and t.numel():
+            span = sum((n - 1) * abs(s) for n, s in zip(t.shape[-2:], t.stride()[-2:]))
+            if span >= 2**31:
+                return False
+    return True
+
+
+def _launch_fwd(plan, x, mask, grad, out, epi, keep_border, NP, H, W):
+    x3 = _planes(x)
+    m3 = _planes(mask.view(torch.uint8)) if mask is not None else x3
+    g3 = _planes(grad) if grad is not None else x3
+    if epi in (_STACK, _U_MAG, _U_DIR) and plan.ce["K"] == 2:
+        o_sk = out.stride(-3)
+        o3 = _planes(out.select(-3, 0))
+    else:
+        o_sk = 0
+        o3 = _planes(out)
+    grid = (-(-NP // plan.BP) * plan.n_th * plan.n_tw,)
+    by0, by1, bx0, bx1 = plan.ext
+    _fwd_kernel[grid](
+        *x3, *m3, *g3, *o3, o_sk, plan.ip, plan.fp, NP, H, W, plan.n_th, plan.n_tw, by0, by1, bx0, bx1,
+        **plan.ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border, EPI=epi,
+        BP=plan.BP, BH=plan.BH, BW=plan.BW, num_warps=plan.warps,
+    )
+    LAUNCHES["fwd"] += 1
+
+
+def _launch_bwd(plan, x, mask, grad, u, out, epi, keep_border, NP, H, W):
+    x3 = _planes(x)
+    m3 = _planes(mask.view(torch.uint8)) if mask is not None else x3
+    if u is not None:  # (NP, K, H, W) buffer written by the forward kernel
+        usrc = 1
+        u_sk = u.stride(1)
+        u3 = _planes(u.select(1, 0))
+        g3 = _planes(grad)
+    elif epi == _STACK:
+        usrc = 0
+        if plan.ce["K"] == 2:
+            u_sk = grad.stride(-3)
+            u3 = _planes(grad.select(-3, 0))
+        else:
+            u_sk = 0
+            u3 = _planes(grad)
+        g3 = u3
+    else:
+        usrc = 0
+        g3 = _planes(grad)
+        u3, u_sk = g3, 0
+    o3 = _planes(out)
+    grid = (-(-NP // plan.BP) * plan.n_th * plan.n_tw,)
+    by0, by1, bx0, bx1 = plan.ext
+    _bwd_kernel[grid](
+        *x3, *m3, *g3, *u3, u_sk, *o3, plan.ip, plan.fp, NP, H, W, plan.n_th, plan.n_tw,
+        by0, by1, bx0, bx1, plan.SY, plan.SX,
+        **plan.ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border, EPI=epi, USRC=usrc,
+        BP=plan.BP, BH=plan.BH, BW=plan.BW, BBY=plan.BBY, BBX=plan.BBX, EXTRAS=plan.SY + plan.SX > 0,
+        num_warps=plan.warps,
+    )
+    LAUNCHES["bwd"] += 1
+
+
+def _result(out, shape, x):
+    if out is None:
+        return torch.empty(shape, dtype=x.dtype, device=x.device)
+    return out
+
+
+# =============================================================================
+# engine interface (as reference.py)
+
+
+def filter_forward(x, spec: FilterSpec, out=None):
+    shape = spec.out_shape(x.shape)
+    if out is not None:
+        _check_out(out, shape, x.dtype, x.device, (x,))
+    H, W = x.shape[-2:]
+    NP = x.numel() // max(1, H * W)
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, None) if x.numel() else None
+    if x.numel() == 0:
+        return _result(out, shape, x)
+    if plan is None or not _safe_offsets(x, out):
+        return _fallback("filter_forward", x, spec, out=out)
+    y = _result(out, shape, x)
+    _launch_fwd(plan, x, None, None, y, _EPILOGUES[spec.epilogue], False, NP, H, W)
+    return y
+
+
+def filter_backward(grad, x, spec: FilterSpec, out=None):
+    if out is not None:
+        _check_out(out, x.shape, x.dtype, x.device, (x, grad))
+    H, W = x.shape[-2:]
+    NP = x.numel() // max(1, H * W)
+    if x.numel() == 0:
+        return _result(out, x.shape, x)
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, None)
+    if plan is None or not _safe_offsets(x, grad, out):
+        return _fallback("filter_backward", grad, x, spec, out=out)
+    if grad.shape != spec.out_shape(x.shape):
+        grad = grad.expand(spec.out_shape(x.shape))
+    gin = _result(out, x.shape, x)
+    epi = _EPILOGUES[spec.epilogue]
+    u = None
+    if epi != _STACK and not plan.recompute:
+        K = plan.ce["K"]
+        u = torch.empty((NP, K, H, W), dtype=compute_dtype(x.dtype), device=x.device)
+        _launch_fwd(plan, x, None, grad, u, _U_MAG if epi == _MAG else _U_DIR, False, NP, H, W)
+    _launch_bwd(plan, x, None, grad, u, gin, epi, False, NP, H, W)
+    return gin
+
+
+def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
+    if out is not None:
+        _check_out(out, x.shape, x.dtype, x.device, (x, mask))
+    H, W = x.shape[-2:]
+    NP = x.numel() // max(1, H * W)
+    if x.numel() == 0:
+        return _result(out, x.shape, x)
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, float(threshold))
+    if plan is None or not _safe_offsets(x, mask, out):
+        return _fallback("blur_forward", x, mask, spec, threshold, out=out)
+    mask = _mask(mask, x)
+    y = _result(out, x.shape, x)
+    _launch_fwd(plan, x, mask, None, y, _NORM if spec.normalized else _BLEND, spec.keep_border, NP, H, W)
+    return y
+
+
+def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
+    if out is not None:
+        _check_out(out, x.shape, x.dtype, x.device, (x, grad, mask))
+    H, W = x.shape[-2:]
+    NP = x.numel() // max(1, H * W)
+    if x.numel() == 0:
+        return _result(out, x.shape, x)
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, float(threshold))
+    if plan is None or not _safe_offsets(x, grad, mask, out):
+        return _fallback("blur_backward", grad, x, mask, spec, threshold, out=out)
+    mask = _mask(mask, x)
+    grad = grad.expand(x.shape)
+    gin = _result(out, x.shape, x)
+    u = None
+    if spec.normalized and not plan.recompute:
+        u = torch.empty((NP, 1, H, W), dtype=compute_dtype(x.dtype), device=x.device)
+        _launch_fwd(plan, x, mask, grad, u, _U_NORM, spec.keep_border, NP, H, W)
+    _launch_bwd(plan, x, mask, grad, u, gin, _NORM if spec.normalized else _BLEND, spec.keep_border, NP, H, W)
+    return gin
+
+
+def _mask(mask, x):
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool:
+        mask = mask != 0
+    if mask.device != x.device:
+        mask = mask.to(x.device)
+    return mask.expand(x.shape)
