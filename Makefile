@@ -20,7 +20,7 @@ demo: install
 	@echo "edge maps written to demo-out/"
 
 test: install
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q --timeout=1200
 
 bench: install
 	$(PIP) install -q -c $(CONSTRAINTS) -e '.[bench]'
