@@ -40,7 +40,7 @@ evaluated on small bands (a few rows / columns) and added into the register
 tile with ``tl.gather`` -- one rounding, one store.  ``u`` is the upstream
 gradient of each stencil: ``grad`` for ``stack``, ``g * y_k / |y|`` (0 where
 ``|y| = 0``) for ``magnitude``, ``(g*y1, -g*y0) / |y|^2`` for ``direction``,
-``m * g`` for ``blend``, ``m * g / blur(m)`` for ``normalized``, recomputed
+``w * g`` for ``blend``, ``use * g / blur(m)`` for ``normalized``, recomputed
 from ``x`` at each neighbour.  For large footprints (``NT`` taps, where the
 per-neighbour recompute would cost ``NT**2``) ``u`` is first written by the
 forward kernel to a float32 buffer and the backward reads it (two kernels,
@@ -237,8 +237,9 @@ def _atan2(y, x, F64: tl.constexpr):
 
 
 @triton.jit
-def _sel(xv, fr, fc, ok, env, cfg: tl.constexpr):
-    """Selective-blur mask at in-image positions ``(fr, fc)``."""
+def _sel(xv, fr, fc, ok, env, cfg: tl.constexpr, BORDER: tl.constexpr):
+    """Selective-blur mask at in-image positions ``(fr, fc)``: the selected pixels ``m``, or
+    with ``BORDER`` the written ones ``w`` (``m`` minus a kept border band)."""
     xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
     HAS_MASK: tl.constexpr = cfg[9]
     KEEP_BORDER: tl.constexpr = cfg[10]
@@ -246,7 +247,7 @@ def _sel(xv, fr, fc, ok, env, cfg: tl.constexpr):
         m = tl.load(mp + fr[None, :, None] * m_sh + fc[None, None, :] * m_sw, mask=ok, other=0) != 0
     else:
         m = xv >= thr
-    if KEEP_BORDER:
+    if KEEP_BORDER and BORDER:
         rin = (fr + by0 >= 0) & (fr + by1 <= H - 1)
         cin = (fc + bx0 >= 0) & (fc + bx1 <= W - 1)
         m = m & rin[None, :, None] & cin[None, None, :]
@@ -262,21 +263,38 @@ def _tap(t, acc0, acc1, rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.const
     NT: tl.constexpr = cfg[2]
     CH: tl.constexpr = cfg[8]
     ACC: tl.constexpr = cfg[11]
-    dy = tl.load(ip + t)
-    dx = tl.load(ip + NT + t)
-    r = rows + dy
-    c = cols + dx
-    fr = _fold(r, H, MODE, SINGLE)
-    fc = _fold(c, W, MODE, SINGLE)
-    if MODE == 4:
-        ok = valid & _inside(r, H)[None, :, None] & _inside(c, W)[None, None, :]
+    if cfg[12]:  # unrolled: offsets are constants, a zero offset needs no folding
+        DY: tl.constexpr = cfg[16]
+        DX: tl.constexpr = cfg[17]
+        dy: tl.constexpr = DY[t]
+        dx: tl.constexpr = DX[t]
+        ZY: tl.constexpr = dy == 0
+        ZX: tl.constexpr = dx == 0
     else:
-        ok = valid
+        dy = tl.load(ip + t)
+        dx = tl.load(ip + NT + t)
+        ZY: tl.constexpr = False
+        ZX: tl.constexpr = False
+    ok = valid
+    if ZY:
+        fr = rows
+    else:
+        r = rows + dy
+        fr = _fold(r, H, MODE, SINGLE)
+        if MODE == 4:
+            ok = ok & ((r >= 0) & (r < H))[None, :, None]
+    if ZX:
+        fc = cols
+    else:
+        c = cols + dx
+        fc = _fold(c, W, MODE, SINGLE)
+        if MODE == 4:
+            ok = ok & ((c >= 0) & (c < W))[None, None, :]
     v = tl.load(xp + fr[None, :, None] * x_sh + fc[None, None, :] * x_sw, mask=ok, other=0.0).to(ACC)
     if MODE == 4:
         v = tl.where(ok, v, cval)  # cval in the compute dtype, not rounded to x's
     if CH == 1:  # normalized blur: channels (m * x, m); nothing outside the image is masked
-        mf = _sel(v, fr, fc, ok, env, cfg).to(ACC)
+        mf = _sel(v, fr, fc, ok, env, cfg, False).to(ACC)  # a kept border still counts
         v0 = mf * v
         v1 = mf
     else:
@@ -291,7 +309,7 @@ def _tap(t, acc0, acc1, rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.const
 
 @triton.jit
 def _stencils(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1: tl.constexpr):
-    """The (up to two) stencils evaluated at ``rows x cols`` (1-D index vectors)."""
+    """The (up to two) stencils evaluated at ``rows x cols`` (1-D in-image index vectors)."""
     xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
     NT: tl.constexpr = cfg[2]
     NA: tl.constexpr = cfg[3]
@@ -387,14 +405,14 @@ def _u_at(qr, qc, vq, env, genv, cfg: tl.constexpr, NEED0: tl.constexpr, NEED1: 
         u1 = tl.where(vq, u1, 0.0)
     elif EPI == 3:  # blend: m * g
         xv = tl.load(xp + qr[None, :, None] * x_sh + qc[None, None, :] * x_sw, mask=vq, other=0.0).to(ACC)
-        m = _sel(xv, qr, qc, vq, env, cfg)
+        m = _sel(xv, qr, qc, vq, env, cfg, True)
         g = tl.load(gp + qr[None, :, None] * g_sh + qc[None, None, :] * g_sw, mask=vq, other=0.0).to(ACC)
         u0 = tl.where(m, g, 0.0)
         u1 = u0
     else:  # normalized: m * g / blur(m)  (0 where blur(m) == 0)
         _d, den = _stencils(qr, qc, vq, env, cfg, False, True)
         xv = tl.load(xp + qr[None, :, None] * x_sh + qc[None, None, :] * x_sw, mask=vq, other=0.0).to(ACC)
-        use = _sel(xv, qr, qc, vq, env, cfg) & (den > 0)
+        use = _sel(xv, qr, qc, vq, env, cfg, True) & (den > 0)
         g = tl.load(gp + qr[None, :, None] * g_sh + qc[None, None, :] * g_sw, mask=vq, other=0.0).to(ACC)
         u0 = tl.where(use, _div(g, tl.where(use, den, 1.0), F64), 0.0)
         u1 = u0
@@ -405,9 +423,17 @@ def _u_at(qr, qc, vq, env, genv, cfg: tl.constexpr, NEED0: tl.constexpr, NEED1: 
 def _adj_tap(t, adj, jr, jc, valid, env, genv, cfg: tl.constexpr, NEED0: tl.constexpr, NEED1: tl.constexpr):
     xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
     NT: tl.constexpr = cfg[2]
-    qr = jr - tl.load(ip + t)
-    qc = jc - tl.load(ip + NT + t)
-    vq = valid & _inside(qr, H)[None, :, None] & _inside(qc, W)[None, None, :]
+    if cfg[12] and (cfg[13] == 0 or cfg[14] == 1):  # unrolled (see _adjoint): constant offsets
+        DY: tl.constexpr = cfg[16]
+        DX: tl.constexpr = cfg[17]
+        dy: tl.constexpr = DY[t]
+        dx: tl.constexpr = DX[t]
+    else:
+        dy = tl.load(ip + t)
+        dx = tl.load(ip + NT + t)
+    qr = jr - dy
+    qc = jc - dx
+    vq = valid & ((qr >= 0) & (qr < H))[None, :, None] & ((qc >= 0) & (qc < W))[None, None, :]
     u0, u1 = _u_at(qr, qc, vq, env, genv, cfg, NEED0, NEED1)
     if NEED0:
         adj += tl.load(fp + t) * u0
@@ -477,10 +503,11 @@ def _fwd_kernel(
     MODE: tl.constexpr, SINGLE: tl.constexpr, NT: tl.constexpr, NA: tl.constexpr, NB: tl.constexpr,
     K: tl.constexpr, NCY: tl.constexpr, NCX: tl.constexpr, CH: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, ACC: tl.constexpr, UNROLL: tl.constexpr, EPI: tl.constexpr, F64: tl.constexpr,
-    BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
+    DY: tl.constexpr, DX: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
 ):
     """Stencils + epilogue on a ``[BP planes, BH rows, BW cols]`` tile."""
-    cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, 0, F64)
+    cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, 0, F64,
+                         DY, DX)
     pid = tl.program_id(0)
     tw = pid % n_tw
     rest = pid // n_tw
@@ -499,10 +526,10 @@ def _fwd_kernel(
     mp = m_ptr + _plane_off(pl, m_ni, m_so, m_si)
     env = (xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1)
     if EPI == 7:
-        _d, acc1 = _stencils(rows, cols, valid, env, cfg, False, True)
+        _d, acc1 = _stencils(rs, cs, valid, env, cfg, False, True)
         acc0 = acc1
     else:
-        acc0, acc1 = _stencils(rows, cols, valid, env, cfg, True, K == 2 or CH == 1)
+        acc0, acc1 = _stencils(rs, cs, valid, env, cfg, True, K == 2 or CH == 1)
     optr = o_ptr + _plane_off(pl, o_ni, o_so, o_si) + rs[None, :, None] * o_sh + cs[None, None, :] * o_sw
     OT = o_ptr.dtype.element_ty
     if EPI == 0:
@@ -518,11 +545,11 @@ def _fwd_kernel(
         tl.store(optr, _atan2(acc0, acc1, F64).to(OT), mask=valid)
     elif EPI == 3 or EPI == 4 or EPI == 7:
         xv = tl.load(xp + rs[None, :, None] * x_sh + cs[None, None, :] * x_sw, mask=valid, other=0.0).to(ACC)
-        m = _sel(xv, rs, cs, valid, env, cfg)
+        w = _sel(xv, rs, cs, valid, env, cfg, True)
         if EPI == 3:
-            y = tl.where(m, acc0, xv)
+            y = tl.where(w, acc0, xv)
         else:
-            use = m & (acc1 > 0)
+            use = w & (acc1 > 0)
             if EPI == 4:
                 y = tl.where(use, _div(acc0, tl.where(use, acc1, 1.0), F64), xv)
             else:  # u for the two-kernel normalized backward
@@ -550,12 +577,13 @@ def _bwd_kernel(
     MODE: tl.constexpr, SINGLE: tl.constexpr, NT: tl.constexpr, NA: tl.constexpr, NB: tl.constexpr,
     K: tl.constexpr, NCY: tl.constexpr, NCX: tl.constexpr, CH: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, ACC: tl.constexpr, UNROLL: tl.constexpr, EPI: tl.constexpr, USRC: tl.constexpr,
-    F64: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr, BBY: tl.constexpr,
-    BBX: tl.constexpr, EXTRAS: tl.constexpr,
+    F64: tl.constexpr, DY: tl.constexpr, DX: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
+    BBY: tl.constexpr, BBX: tl.constexpr, EXTRAS: tl.constexpr,
 ):
     """Adjoint on a ``[BP, BH, BW]`` tile of the input gradient: main term, border bands, epilogue."""
-    cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, USRC, F64)
-    SL: tl.constexpr = 2 * NT + NCY + NCX  # slot tables in ip: SY rows, then SX columns, 4 ints each
+    cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, USRC, F64,
+                         DY, DX)
+    SL: tl.constexpr = 2 * NT + NCY + NCX  # slot tables in ip: SY rows, then SX columns, 5 ints each
     pid = tl.program_id(0)
     tw = pid % n_tw
     rest = pid // n_tw
@@ -583,53 +611,87 @@ def _bwd_kernel(
     # main term: the preimage j = p itself
     adj = _adjoint(pv, rows, rv, cols, cv, env, genv, cfg)
     if EXTRAS:
-        # Border pixels: the other padded positions j that fold onto p.  Row slots are evaluated
-        # on bands of BBY rows (full tile width: identity columns, then each column slot), column
-        # slots on bands of BBX columns; three _adjoint call sites in all (each is inlined).
+        # Border pixels: the padded positions j != p that fold onto p.  A slot (A, B, lo, hi, P)
+        # is either a band over p in [lo, hi] with j = A p + B (P < 0), or, for P >= 0, every
+        # j in [lo, hi] folding onto the single pixel P (nearest mode), summed.  Row slots run
+        # on bands of BBY rows at full tile width (the columns themselves, then each column
+        # slot: the corners), column slots on bands of BBX columns: three _adjoint call sites.
         rlast = tl.minimum(r0 + BH, H) - 1
         clast = tl.minimum(c0 + BW, W) - 1
         for s in range(SY):
-            sp = ip + SL + 4 * s
+            sp = ip + SL + 5 * s
             ay = tl.load(sp)
             by_ = tl.load(sp + 1)
-            lo = tl.maximum(tl.load(sp + 2), r0)
-            hi = tl.minimum(tl.load(sp + 3), rlast)
+            P = tl.load(sp + 4)
+            lo = tl.load(sp + 2)
+            hi = tl.load(sp + 3)
+            if P < 0:
+                lo = tl.maximum(lo, r0)
+                hi = tl.minimum(hi, rlast)
+            elif (P < r0) | (P > rlast):
+                hi = lo - 1
             for b0 in range(lo, hi + 1, BBY):
-                pr = b0 + tl.arange(0, BBY)
-                jr = ay * pr + by_
-                vr = pr <= hi
+                idx = b0 + tl.arange(0, BBY)
+                jr = ay * idx + by_
+                vr = idx <= hi
                 band = tl.zeros((BP, BBY, BW), ACC)
                 for sx in range(0, SX + 1):  # 0: the columns themselves; k > 0: column slot k - 1
-                    spx = ip + SL + 4 * SY + 4 * (sx - 1)
+                    spx = ip + SL + 5 * SY + 5 * (sx - 1)
                     slot = sx > 0
                     ax = tl.load(spx, mask=slot, other=1)
                     bx_ = tl.load(spx + 1, mask=slot, other=0)
-                    lox = tl.maximum(tl.load(spx + 2, mask=slot, other=0), c0)
-                    hix = tl.minimum(tl.load(spx + 3, mask=slot, other=W - 1), clast)
-                    if lox <= hix:
-                        vc = (cols >= lox) & (cols <= hix)
-                        band += _adjoint(pv, jr, vr, ax * cols + bx_, vc, env, genv, cfg)
-                adj += _expand(band, b0 - r0, BH, 1)
+                    lox = tl.load(spx + 2, mask=slot, other=0)
+                    hix = tl.load(spx + 3, mask=slot, other=W - 1)
+                    Px = tl.load(spx + 4, mask=slot, other=-1)
+                    if Px < 0:
+                        lox = tl.maximum(lox, c0)
+                        hix = tl.minimum(hix, clast)
+                        n_chunks = (hix >= lox).to(tl.int32)
+                        first = c0
+                    else:
+                        n_chunks = tl.where((Px >= c0) & (Px <= clast), (hix - lox + BW) // BW, 0)
+                        first = lox
+                    for ci in range(n_chunks):
+                        lane = first + ci * BW + tl.arange(0, BW)
+                        corner = _adjoint(pv, jr, vr, ax * lane + bx_, (lane >= lox) & (lane <= hix), env, genv, cfg)
+                        if Px < 0:
+                            band += corner
+                        else:
+                            band += tl.where((cols == Px)[None, None, :], tl.sum(corner, axis=2)[:, :, None], 0.0)
+                if P < 0:
+                    adj += _expand(band, b0 - r0, BH, 1)
+                else:
+                    adj += tl.where((rows == P)[None, :, None], tl.sum(band, axis=1)[:, None, :], 0.0)
         for sx in range(SX):
-            spx = ip + SL + 4 * SY + 4 * sx
+            spx = ip + SL + 5 * SY + 5 * sx
             ax = tl.load(spx)
             bx_ = tl.load(spx + 1)
-            lox = tl.maximum(tl.load(spx + 2), c0)
-            hix = tl.minimum(tl.load(spx + 3), clast)
+            P = tl.load(spx + 4)
+            lox = tl.load(spx + 2)
+            hix = tl.load(spx + 3)
+            if P < 0:
+                lox = tl.maximum(lox, c0)
+                hix = tl.minimum(hix, clast)
+            elif (P < c0) | (P > clast):
+                hix = lox - 1
             for d0 in range(lox, hix + 1, BBX):
-                pc = d0 + tl.arange(0, BBX)
-                band = _adjoint(pv, rows, rv, ax * pc + bx_, pc <= hix, env, genv, cfg)
-                adj += _expand(band, d0 - c0, BW, 2)
+                idx = d0 + tl.arange(0, BBX)
+                band = _adjoint(pv, rows, rv, ax * idx + bx_, idx <= hix, env, genv, cfg)
+                if P < 0:
+                    adj += _expand(band, d0 - c0, BW, 2)
+                else:
+                    adj += tl.where((cols == P)[None, None, :], tl.sum(band, axis=2)[:, :, None], 0.0)
     valid = pv[:, None, None] & rv[None, :, None] & cv[None, None, :]
     if EPI == 3 or EPI == 4:
         xv = tl.load(xp + rs[None, :, None] * x_sh + cs[None, None, :] * x_sw, mask=valid, other=0.0).to(ACC)
-        m = _sel(xv, rs, cs, valid, env, cfg)
+        w = _sel(xv, rs, cs, valid, env, cfg, True)
         g = tl.load(gp + rs[None, :, None] * g_sh + cs[None, None, :] * g_sw, mask=valid, other=0.0).to(ACC)
-        if EPI == 3:  # blur^T(m g) + (1 - m) g
-            gin = adj + tl.where(m, 0.0, g)
-        else:  # m blur^T(g m / blur(m)) + (1 - use) g
-            _n, den = _stencils(rows, cols, valid, env, cfg, False, True)
-            use = m & (den > 0)
+        if EPI == 3:  # blur^T(w g) + (1 - w) g
+            gin = adj + tl.where(w, 0.0, g)
+        else:  # m blur^T(g use / blur(m)) + (1 - use) g
+            _n, den = _stencils(rs, cs, valid, env, cfg, False, True)
+            use = w & (den > 0)
+            m = _sel(xv, rs, cs, valid, env, cfg, False)
             gin = m.to(ACC) * adj + tl.where(use, 0.0, g)
     else:
         gin = adj
@@ -682,25 +744,28 @@ def _stencil_taps(st: Stencil, mode: str, cval: float):
 
 
 def _slots(n: int, lo: int, hi: int, mode: str):
-    """Extra preimages along one axis: ``(alpha, beta, p_lo, p_hi)`` -- for every ``p`` in
-    ``[p_lo, p_hi]``, ``j = alpha * p + beta != p`` lies in the padded range
-    ``[min(lo, 0), n - 1 + max(hi, 0)]`` and folds onto ``p``.  Every such ``(p, j)``
-    appears exactly once."""
+    """Extra preimages along one axis, as slots ``(A, B, lo, hi, P)``.
+
+    ``P < 0``: for every ``p`` in ``[lo, hi]``, ``j = A p + B != p`` lies in the padded range
+    ``[min(lo, 0), n - 1 + max(hi, 0)]`` and folds onto ``p``.  ``P >= 0`` (nearest mode):
+    every ``j`` in ``[lo, hi]`` folds onto ``P`` (``A, B = 1, 0``).  Every ``(p, j)`` with
+    ``j != p`` and ``fold(j) = p`` appears exactly once.
+    """
     L, U = min(lo, 0), n - 1 + max(hi, 0)
     out = []
 
     def add(alpha, beta, a, b):
         a, b = max(a, 0), min(b, n - 1)
         if a <= b:
-            out.append((alpha, beta, a, b))
+            out.append((alpha, beta, a, b, -1))
 
     if mode == "constant":
         return out
     if mode == "nearest" or (mode == "mirror" and n == 1):
-        for j in range(L, 0):
-            add(0, j, 0, 0)
-        for j in range(n, U + 1):
-            add(0, j, n - 1, n - 1)
+        if L <= -1:
+            out.append((1, 0, L, -1, 0))
+        if U >= n:
+            out.append((1, 0, n, U, n - 1))
         return out
     P = {"reflect": 2 * n, "mirror": 2 * n - 2, "wrap": n}[mode]
     mlo, mhi = (L - n) // P - 1, -((-(U + n)) // P) + 1
@@ -712,8 +777,7 @@ def _slots(n: int, lo: int, hi: int, mode: str):
             add(-1, beta, beta - U, beta - L)
         elif mode == "mirror":  # j = P m - p; at p = 0 and p = n - 1 that is family A again
             beta = P * m
-            a, b = beta - U, beta - L
-            add(-1, beta, max(a, 1), min(b, n - 2))
+            add(-1, beta, max(beta - U, 1), min(beta - L, n - 2))
     return out
 
 
@@ -823,8 +887,8 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
     BW = min(_np2(W), _TILE["max_bw"])
     BH = min(_np2(H), max(1, _TILE["max_elems"] // BW))
     BP = max(1, min(_TILE["max_bp"], _TILE["max_elems"] // (BH * BW), _np2(NP)))
-    BBY = min(_np2(max([b - a + 1 for _, _, a, b in sy], default=1)), BH)
-    BBX = min(_np2(max([b - a + 1 for _, _, a, b in sx], default=1)), BW)
+    BBY = min(_np2(max([b - a + 1 for _, _, a, b, _ in sy], default=1)), BH)
+    BBX = min(_np2(max([b - a + 1 for _, _, a, b, _ in sx], default=1)), BW)
     n_th, n_tw = -(-H // BH), -(-W // BW)
     warps = max(1, min(8, BP * BH * BW // 128))  # about 4 elements per thread
 
@@ -836,6 +900,7 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
         MODE=_MODES[mode], SINGLE=SINGLE, NT=NT, NA=len(group_a), NB=len(group_b), K=K,
         NCY=len(cy), NCX=len(cx), CH=CH, ACC=tl.float64 if acc == torch.float64 else tl.float32,
         UNROLL=NT <= _UNROLL_MAX, F64=acc == torch.float64,
+        DY=tuple(dys) if NT <= _UNROLL_MAX else (), DX=tuple(dxs) if NT <= _UNROLL_MAX else (),
     )
     plan = _Plan(ip, fp, ce, NT, ext, len(sy), len(sx), BBY, BBX, BP, BH, BW, n_th, n_tw, warps,
                  recompute=NT <= _RECOMPUTE_MAX)
