@@ -58,14 +58,17 @@ each compiled lazily once per storage dtype.
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
 import torch
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic, overload
 
 from .._spec import BlurSpec, FilterSpec
@@ -268,13 +271,13 @@ def _poff(L, r, p):
 
 @njit(**_JIT)
 def _pass(d, d0, s, s0, n, P, Fc, t0, nt, sy, cy, sx, cx, W, acc):
-    """Taps ``t0 .. t0+nt`` at flat offsets ``o = (sy*dy + cy)*W + sx*dx + cx``, four per loop."""
-    if nt == 0:
-        if not acc:
-            z = Fc[F_ZERO]
-            for q in range(n):
-                d[d0 + q] = z
-        return
+    """Taps ``t0 .. t0+nt`` at flat offsets ``o = (sy*dy + cy)*W + sx*dx + cx``, four per loop.
+
+    (Few loop bodies on purpose: compile time grows with every vectorised loop.)"""
+    if not acc:
+        z = Fc[F_ZERO]
+        for q in range(n):
+            d[d0 + q] = z
     ti = P[I_TAPI]
     t = 0
     while t < nt:
@@ -285,45 +288,28 @@ def _pass(d, d0, s, s0, n, P, Fc, t0, nt, sy, cy, sx, cx, W, acc):
         a0 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
         w0 = Fc[F_TAPS + k]
         if g == 1:
-            if acc:
-                for q in range(n):
-                    d[d0 + q] += w0 * s[a0 + q]
-            else:
-                for q in range(n):
-                    d[d0 + q] = w0 * s[a0 + q]
+            for q in range(n):
+                d[d0 + q] += w0 * s[a0 + q]
         else:
             k += 1
             a1 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
             w1 = Fc[F_TAPS + k]
             if g == 2:
-                if acc:
-                    for q in range(n):
-                        d[d0 + q] += w0 * s[a0 + q] + w1 * s[a1 + q]
-                else:
-                    for q in range(n):
-                        d[d0 + q] = w0 * s[a0 + q] + w1 * s[a1 + q]
+                for q in range(n):
+                    d[d0 + q] += w0 * s[a0 + q] + w1 * s[a1 + q]
             else:
                 k += 1
                 a2 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
                 w2 = Fc[F_TAPS + k]
                 if g == 3:
-                    if acc:
-                        for q in range(n):
-                            d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
-                    else:
-                        for q in range(n):
-                            d[d0 + q] = (w0 * s[a0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
+                    for q in range(n):
+                        d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
                 else:
                     k += 1
                     a3 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
                     w3 = Fc[F_TAPS + k]
-                    if acc:
-                        for q in range(n):
-                            d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + (w2 * s[a2 + q] + w3 * s[a3 + q])
-                    else:
-                        for q in range(n):
-                            d[d0 + q] = (w0 * s[a0 + q] + w1 * s[a1 + q]) + (w2 * s[a2 + q] + w3 * s[a3 + q])
-        acc = True
+                    for q in range(n):
+                        d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + (w2 * s[a2 + q] + w3 * s[a3 + q])
         t += g
 
 
@@ -348,19 +334,23 @@ def _fill(d, d0, n, v):
 
 
 @njit(**_JIT)
-def _mask_at(xv, m, ma, hasm, thr, j, rowin, P, keepb):
-    """Selected?  ``ma``: the mask element's address; ``j``/``rowin`` only matter with keep_border."""
+def _mask_at(xv, m, ma, hasm, thr):
+    """Selected?  ``ma``: the mask element's address (a given mask), else ``x >= threshold``."""
     if hasm:
-        mm = m[ma] != 0
-    else:
-        mm = xv >= thr
+        return m[ma] != 0
+    return xv >= thr
+
+
+@njit(**_JIT)
+def _written(mm, keepb, rowin, j, P):
+    """Selected and not in the kept border band (``rowin``: the row is inside it)."""
     if keepb:
-        mm = mm and rowin and j >= P[I_BJ0] and j < P[I_BJ1]
+        return mm and rowin and j >= P[I_BJ0] and j < P[I_BJ1]
     return mm
 
 
 @njit(**_JIT)
-def _src_seg(S, d0, x, xa, sW, m, ma, msW, hasm, thr, srcmode, n, keepb, rowin, P, Fc):
+def _src_seg(S, d0, x, xa, sW, m, ma, msW, hasm, thr, srcmode, n, Fc):
     """n samples from x (srcmode 0), of the mask (1) or where(mask, x, 0) (2)."""
     if srcmode == 0:
         _load_row(S, d0, x, xa, sW, n)
@@ -369,7 +359,7 @@ def _src_seg(S, d0, x, xa, sW, m, ma, msW, hasm, thr, srcmode, n, keepb, rowin, 
     one = Fc[F_ONE]
     for j in range(n):
         xv = _ld(x, xa + j * sW)
-        mm = _mask_at(xv, m, ma + j * msW, hasm, thr, j, rowin, P, keepb)
+        mm = _mask_at(xv, m, ma + j * msW, hasm, thr)
         if srcmode == 1:
             S[d0 + j] = one if mm else zero
         else:
@@ -383,15 +373,14 @@ def _tile(S, S0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill, p0, n
     W = P[I_W]
     g = P[I_EXHI] - P[I_EXLO]
     fh = P[I_FH] - P[I_EYLO]
-    keepb = P[I_KEEPB] != 0
     _fill(S, S0, g, fill)
     _fill(S, S0 + g + nrows * W, g, fill)
     a = max(p0, 0)
     b = min(p0 + nrows, H)
-    flat = sH == W * sW and (srcmode == 0 or (not keepb and (not hasm or msH == W * msW)))
+    flat = sH == W * sW and (srcmode == 0 or not hasm or msH == W * msW)
     if flat and b > a:  # the rows inside the image, in one run
         _src_seg(S, S0 + g + (a - p0) * W, x, xb + a * sH, sW, m, mb + a * msH, msW, hasm, thr, srcmode,
-                 (b - a) * W, False, True, P, Fc)
+                 (b - a) * W, Fc)
     for t in range(nrows):
         p = p0 + t
         if flat and p >= a and p < b:
@@ -401,8 +390,7 @@ def _tile(S, S0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill, p0, n
         if i < 0:
             _fill(S, d0, W, fill)
         else:
-            rowin = i >= P[I_BI0] and i < P[I_BI1]
-            _src_seg(S, d0, x, xb + i * sH, sW, m, mb + i * msH, msW, hasm, thr, srcmode, W, keepb, rowin, P, Fc)
+            _src_seg(S, d0, x, xb + i * sH, sW, m, mb + i * msH, msW, hasm, thr, srcmode, W, Fc)
 
 
 @njit(**_JIT)
@@ -416,6 +404,7 @@ def _engine(R, R0, RL, S, S0, V, V0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, 
     nr = rb - ra
     n = nr * W
     fill = Fc[F_CVAL] if srcmode == 0 else Fc[F_ZERO]
+    ONE, ZERO, NO = np.int64(1), np.int64(0), np.bool_(False)  # not literals: one specialisation of _pass
     _tile(S, S0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill, ra + EYlo, nr + ey, P, Fc)
     fw = P[I_FW] - EXlo
     ti = P[I_TAPI]
@@ -426,15 +415,15 @@ def _engine(R, R0, RL, S, S0, V, V0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, 
         rk = R0 + k * RL
         two = nV > 0 and nH > 0
         if two:
-            _pass(V, V0, S, S0, n + 2 * g, P, Fc, P[d + 1], nV, 1, -EYlo, 0, 0, W, False)
-            _pass(R, rk, V, V0, n, P, Fc, P[d + 3], nH, 0, 0, 1, g, W, False)
+            _pass(V, V0, S, S0, n + 2 * g, P, Fc, P[d + 1], nV, ONE, -EYlo, ZERO, ZERO, W, NO)
+            _pass(R, rk, V, V0, n, P, Fc, P[d + 3], nH, ZERO, ZERO, ONE, g, W, NO)
             t0 = P[d + 3]
             nt = nH
             fx = Fc[F_ZERO]  # a padded column of the vertical pass: fill * sum(vertical taps)
             for t in range(nV):
                 fx += Fc[F_TAPS + P[d + 1] + t] * fill
         else:
-            _pass(R, rk, S, S0, n, P, Fc, P[d + 5], P[d + 4], 1, -EYlo, 1, g, W, False)
+            _pass(R, rk, S, S0, n, P, Fc, P[d + 5], P[d + 4], ONE, -EYlo, ONE, g, W, NO)
             t0 = P[d + 5]
             nt = P[d + 4]
             fx = fill
@@ -521,7 +510,7 @@ def _fwd_layout(P, K, BR):
     W = P[I_W]
     ey = P[I_EYHI] - P[I_EYLO]
     g = P[I_EXHI] - P[I_EXLO]
-    S0 = 0
+    S0 = np.int64(0)
     V0 = S0 + (BR + ey) * W + 2 * g
     R0 = V0 + BR * W + 2 * g
     RL = BR * W
@@ -530,6 +519,7 @@ def _fwd_layout(P, K, BR):
 
 @njit(**_JIT)
 def _k_filter_fwd(xa, oa, carrier, P, F, L, it0, it1):
+    I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
     Fc = _cvt(carrier, F)
@@ -549,9 +539,9 @@ def _k_filter_fwd(xa, oa, carrier, P, F, L, it0, it1):
         p = it // NB
         ra = (it % NB) * BR
         rb = min(H, ra + BR)
-        xb = _poff(L, R_X, p)
-        ob = _poff(L, R_O, p)
-        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, x, 0, 0, 0, False, Fc[F_ZERO], 0, ra, rb, P, Fc)
+        xb = _poff(L, np.int64(R_X), p)
+        ob = _poff(L, np.int64(R_O), p)
+        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, x, I0, I0, I0, NO, Fc[F_ZERO], I0, ra, rb, P, Fc)
         nr = rb - ra
         nseg = 1 if flat else nr
         sl = nr * W if flat else W
@@ -590,6 +580,7 @@ def _k_filter_fwd(xa, oa, carrier, P, F, L, it0, it1):
 
 @njit(**_JIT)
 def _k_blur_fwd(xa, ma, oa, carrier, P, F, L, thr, it0, it1):
+    I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
     m = _ptr(ma, np.uint8(0))
@@ -605,7 +596,7 @@ def _k_blur_fwd(xa, ma, oa, carrier, P, F, L, thr, it0, it1):
     g = P[I_EXHI] - P[I_EXLO]
     BR = P[I_BR]
     NB = P[I_NB]
-    S0, V0, R0, RL, total = _fwd_layout(P, 2, BR)
+    S0, V0, R0, RL, total = _fwd_layout(P, I2, BR)
     buf = np.empty(total, Fc.dtype)
     B = _ptr(buf.ctypes.data, Fc[0])
     xsH, xsW = L[R_X + 4], L[R_X + 5]
@@ -617,14 +608,14 @@ def _k_blur_fwd(xa, ma, oa, carrier, P, F, L, thr, it0, it1):
         p = it // NB
         ra = (it % NB) * BR
         rb = min(H, ra + BR)
-        xb = _poff(L, R_X, p)
-        ob = _poff(L, R_O, p)
-        mb = _poff(L, R_M, p) if hasm else 0
+        xb = _poff(L, np.int64(R_X), p)
+        ob = _poff(L, np.int64(R_O), p)
+        mb = _poff(L, np.int64(R_M), p) if hasm else 0
         if norm:
-            _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, 2, ra, rb, P, Fc)
-            _engine(B, R0 + RL, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, 1, ra, rb, P, Fc)
+            _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, I2, ra, rb, P, Fc)
+            _engine(B, R0 + RL, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, I1, ra, rb, P, Fc)
         else:
-            _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, 0, ra, rb, P, Fc)
+            _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, I0, ra, rb, P, Fc)
         nr = rb - ra
         nseg = 1 if flat else nr
         sl = nr * W if flat else W
@@ -638,14 +629,14 @@ def _k_blur_fwd(xa, ma, oa, carrier, P, F, L, thr, it0, it1):
             if norm:
                 for j in range(sl):
                     xv = _ld(x, xrow + j * xsW)
-                    mm = _mask_at(xv, m, mrow + j * msW, hasm, thr_c, j, rowin, P, keepb)
+                    mm = _written(_mask_at(xv, m, mrow + j * msW, hasm, thr_c), keepb, rowin, j, P)
                     den = B[q + RL + j]
                     _st(o, orow + j * osW, B[q + j] / den if (mm and den > zero) else xv)
             else:
                 tq = S0 + g + (sg - EYlo) * W  # x, from the tile
                 for j in range(sl):
                     xv = B[tq + j]
-                    mm = _mask_at(xv, m, mrow + j * msW, hasm, thr_c, j, rowin, P, keepb)
+                    mm = _written(_mask_at(xv, m, mrow + j * msW, hasm, thr_c), keepb, rowin, j, P)
                     _st(o, orow + j * osW, B[q + j] if mm else xv)
     return buf.size
 
@@ -662,7 +653,7 @@ def _bwd_layout(P, K, BR):
     npm = P[I_NPM]
     ZL = (npm + ey) * W + 2 * g
     RL = (npm + ey) * W
-    Z0 = 0
+    Z0 = np.int64(0)
     S0 = Z0 + K * ZL
     V0 = S0 + (npm + 2 * ey) * W + 2 * g
     R0 = V0 + (npm + ey) * W + 2 * g
@@ -699,6 +690,7 @@ def _adjoint(B, G0, Z0, ZL, U0, E0, npr, P, Fc):
     ti = P[I_TAPI]
     nfix = P[I_NBX]
     zero = Fc[F_ZERO]
+    ONE, ZERO, NO = np.int64(1), np.int64(0), np.bool_(False)
     for k in range(P[I_K]):
         d = P[I_ST] + ST_LEN * k
         nV = P[d]
@@ -706,12 +698,12 @@ def _adjoint(B, G0, Z0, ZL, U0, E0, npr, P, Fc):
         zk = Z0 + k * ZL
         two = nV > 0 and nH > 0
         if two:
-            _pass(B, U0, B, zk, n + 2 * g, P, Fc, P[d + 1], nV, -1, EYhi, 0, 0, W, False)
-            _pass(B, G0, B, U0, n, P, Fc, P[d + 3], nH, 0, 0, -1, g, W, k > 0)
+            _pass(B, U0, B, zk, n + 2 * g, P, Fc, P[d + 1], nV, -ONE, EYhi, ZERO, ZERO, W, NO)
+            _pass(B, G0, B, U0, n, P, Fc, P[d + 3], nH, ZERO, ZERO, -ONE, g, W, k > 0)
             t0 = P[d + 3]
             nt = nH
         else:
-            _pass(B, G0, B, zk, n, P, Fc, P[d + 5], P[d + 4], -1, EYhi, -1, g, W, k > 0)
+            _pass(B, G0, B, zk, n, P, Fc, P[d + 5], P[d + 4], -ONE, EYhi, -ONE, g, W, k > 0)
             t0 = P[d + 5]
             nt = P[d + 4]
         # border columns: the exact sum over every padded column folding onto them
@@ -790,6 +782,7 @@ def _segment(P, NB, H, u0, u1, sgi):
 
 @njit(**_JIT)
 def _filter_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, gp, gb, gsK, gsH, gsW, pa, pb, P, Fc):
+    I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
     """Incoming gradient of each stencil (zero outside the image) on rows ``pa-EYhi .. pb-EYlo``."""
     H = P[I_H]
     W = P[I_W]
@@ -805,7 +798,7 @@ def _filter_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, gp, gb, gsK, gsH, gsW,
     if ib <= ia:
         return
     if epi != EPI_STACK:
-        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, x, 0, 0, 0, False, zero, 0, ia, ib, P, Fc)
+        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, x, I0, I0, I0, NO, zero, I0, ia, ib, P, Fc)
     flat = gsH == W * gsW
     nr = ib - ia
     nseg = 1 if flat else nr
@@ -886,9 +879,9 @@ def _k_filter_bwd(ga, xa, oa, carrier, P, F, L, it0, it1):
         p = it // NB
         u0 = (it % NB) * BR
         u1 = min(H, u0 + BR)
-        xb = _poff(L, R_X, p)
-        gb = _poff(L, R_G, p)
-        ob = _poff(L, R_O, p)
+        xb = _poff(L, np.int64(R_X), p)
+        gb = _poff(L, np.int64(R_G), p)
+        ob = _poff(L, np.int64(R_O), p)
         _fill(B, A0, (u1 - u0) * W, Fc[F_ZERO])
         for sgi in range(nseg):
             pa, pb = _segment(P, NB, H, u0, u1, sgi)
@@ -904,6 +897,7 @@ def _k_filter_bwd(ga, xa, oa, carrier, P, F, L, it0, it1):
 @njit(**_JIT)
 def _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr, gp, gb, gsH, gsW, pa, pb,
             P, Fc):
+    I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
     H = P[I_H]
     W = P[I_W]
     norm = P[I_EPI] == EPI_NORM
@@ -914,11 +908,11 @@ def _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, t
     ia = max(za, 0)
     ib = min(zb, H)
     zero = Fc[F_ZERO]
-    _zclear(B, Z0, ZL, 1, zb - za, ia - za, ib - za, P, zero)
+    _zclear(B, Z0, ZL, I1, zb - za, ia - za, ib - za, P, zero)
     if ib <= ia:
         return
     if norm:
-        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr, 1, ia, ib, P, Fc)
+        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr, I1, ia, ib, P, Fc)
     flat = gsH == W * gsW and xsH == W * xsW and (not hasm or msH == W * msW) and not keepb
     nr = ib - ia
     nseg = 1 if flat else nr
@@ -932,7 +926,7 @@ def _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, t
         rowin = i >= P[I_BI0] and i < P[I_BI1]
         q = R0 + sg * W
         for j in range(sl):
-            mm = _mask_at(_ld(x, xrow + j * xsW), m, mrow + j * msW, hasm, thr, j, rowin, P, keepb)
+            mm = _written(_mask_at(_ld(x, xrow + j * xsW), m, mrow + j * msW, hasm, thr), keepb, rowin, j, P)
             gv = _ld(gp, grow + j * gsW)
             if norm:
                 den = B[q + j]
@@ -943,6 +937,7 @@ def _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, t
 
 @njit(**_JIT)
 def _k_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, it0, it1):
+    I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
     gp = _ptr(ga, carrier)
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
@@ -958,7 +953,7 @@ def _k_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, it0, it1):
     EYhi = P[I_EYHI]
     BR = P[I_BR]
     NB = P[I_NB]
-    ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, 1, BR)
+    ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, I1, BR)
     buf = np.empty(total, Fc.dtype)
     B = _ptr(buf.ctypes.data, Fc[0])
     xsH, xsW = L[R_X + 4], L[R_X + 5]
@@ -974,10 +969,10 @@ def _k_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, it0, it1):
         p = it // NB
         u0 = (it % NB) * BR
         u1 = min(H, u0 + BR)
-        xb = _poff(L, R_X, p)
-        gb = _poff(L, R_G, p)
-        ob = _poff(L, R_O, p)
-        mb = _poff(L, R_M, p) if hasm else 0
+        xb = _poff(L, np.int64(R_X), p)
+        gb = _poff(L, np.int64(R_G), p)
+        ob = _poff(L, np.int64(R_O), p)
+        mb = _poff(L, np.int64(R_M), p) if hasm else 0
         _fill(B, A0, (u1 - u0) * W, zero)
         ia_main = 0
         for sgi in range(nseg - 1, -1, -1):  # the main range last: its den stays in R
@@ -1002,43 +997,16 @@ def _k_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, it0, it1):
             rowin = u >= P[I_BI0] and u < P[I_BI1]
             q = R0 + (u - ia_main) * W
             for j in range(sl):
-                mm = _mask_at(_ld(x, xrow + j * xsW), m, mrow + j * msW, hasm, thr_c, j, rowin, P, keepb)
+                ms = _mask_at(_ld(x, xrow + j * xsW), m, mrow + j * msW, hasm, thr_c)
+                mm = _written(ms, keepb, rowin, j, P)
                 gv = _ld(gp, grow + j * gsW)
                 if norm:
                     use = mm and B[q + j] > zero
-                    v = (one if mm else zero) * B[a0 + j] + (zero if use else gv)
+                    v = (one if ms else zero) * B[a0 + j] + (zero if use else gv)
                 else:
                     v = B[a0 + j] + (zero if mm else gv)
                 _st(o, orow + j * osW, v)
     return buf.size
-
-
-# =============================================================================
-# parallel drivers: prange over chunks of work items (thread-local buffers per chunk)
-
-
-@njit(parallel=True, **_JIT)
-def _p_filter_fwd(xa, oa, carrier, P, F, L, nitems, nchunks):
-    for c in prange(nchunks):
-        _k_filter_fwd(xa, oa, carrier, P, F, L, c * nitems // nchunks, (c + 1) * nitems // nchunks)
-
-
-@njit(parallel=True, **_JIT)
-def _p_filter_bwd(ga, xa, oa, carrier, P, F, L, nitems, nchunks):
-    for c in prange(nchunks):
-        _k_filter_bwd(ga, xa, oa, carrier, P, F, L, c * nitems // nchunks, (c + 1) * nitems // nchunks)
-
-
-@njit(parallel=True, **_JIT)
-def _p_blur_fwd(xa, ma, oa, carrier, P, F, L, thr, nitems, nchunks):
-    for c in prange(nchunks):
-        _k_blur_fwd(xa, ma, oa, carrier, P, F, L, thr, c * nitems // nchunks, (c + 1) * nitems // nchunks)
-
-
-@njit(parallel=True, **_JIT)
-def _p_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, nitems, nchunks):
-    for c in prange(nchunks):
-        _k_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, c * nitems // nchunks, (c + 1) * nitems // nchunks)
 
 
 # =============================================================================
@@ -1058,7 +1026,6 @@ _NP_ALLOC = 1 << 20
 _info_cache: dict = {}
 _plan_cache: dict = {}
 _lay_cache: dict = {}
-_MAXT = numba.config.NUMBA_NUM_THREADS
 
 
 def _norm_stencil(st):
@@ -1290,12 +1257,29 @@ def _alloc(shape, dtype):
     return torch.empty(shape, dtype=dtype)
 
 
+_pool = None
+_pool_pid = None
+_pool_lock = threading.Lock()
+
+
 def _threads():
+    """Worker threads for a call: ``torch.get_num_threads()``."""
     n = torch.get_num_threads()
-    n = 1 if n < 1 else (_MAXT if n > _MAXT else n)
-    if numba.get_num_threads() != n:
-        numba.set_num_threads(n)
-    return n
+    return n if n > 1 else 1
+
+
+def _get_pool(n):
+    global _pool, _pool_pid
+    pid = os.getpid()
+    pool = _pool
+    if pool is None or _pool_pid != pid or pool._max_workers < n - 1:
+        with _pool_lock:
+            if _pool is None or _pool_pid != pid or _pool._max_workers < n - 1:
+                # a fresh pool after fork (threads do not survive it) or a larger thread count
+                _pool = ThreadPoolExecutor(max(n - 1, 1), thread_name_prefix="torchfilters-cpu")
+                _pool_pid = pid
+            pool = _pool
+    return pool
 
 
 def _prepare(x, o, ok, g=None, gk=False, m=None):
@@ -1316,11 +1300,33 @@ def _prepare(x, o, ok, g=None, gk=False, m=None):
     return x, o, g, m, _layout(x, o, ok, g, gk, m), tmp
 
 
-def _launch(serial_fn, par_fn, args, nitems, nthreads, serial):
+def _launch(fn, args, nitems, nthreads, serial):
+    """Run ``fn(*args, it0, it1)`` over the work items.
+
+    The kernels release the GIL (``nogil``), so a call is split into chunks run
+    by ``nthreads`` threads -- the caller plus a small pool -- pulling chunks
+    from a shared counter (a core busy elsewhere slows its thread, not the call).
+    This replaces numba's ``parallel=True``: its parfor wrapper re-optimises the
+    whole inlined kernel and tripled the first-call compile time."""
     if serial or nthreads == 1 or nitems == 1:
-        serial_fn(*args, 0, nitems)
-    else:
-        par_fn(*args, nitems, min(nitems, nthreads))
+        fn(*args, 0, nitems)
+        return
+    nchunks = min(nitems, 4 * nthreads)
+    counter = itertools.count()
+
+    def work():
+        c = next(counter)
+        while c < nchunks:
+            fn(*args, c * nitems // nchunks, (c + 1) * nitems // nchunks)
+            c = next(counter)
+
+    pool = _get_pool(nthreads)
+    futures = [pool.submit(work) for _ in range(min(nthreads, nchunks) - 1)]
+    try:
+        work()
+    finally:
+        for f in futures:
+            f.result()
 
 
 def _small(N, H, W):
@@ -1343,7 +1349,7 @@ def filter_forward(x, spec: FilterSpec, out=None):
     o = _alloc(spec.out_shape(x.shape), x.dtype) if out is None else out
     ok = o.dim() == x.dim() + 1
     x, o2, _, _, L, tmp = _prepare(x, o, ok)
-    _launch(_k_filter_fwd, _p_filter_fwd, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
+    _launch(_k_filter_fwd, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
             nitems, nt, _small(N, H, W))
     if tmp:
         o.copy_(o2)
@@ -1364,8 +1370,7 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
     o = _alloc(x.shape, x.dtype) if out is None else out
     gk = grad.dim() == x.dim() + 1
     x, o2, grad, _, L, tmp = _prepare(x, o, False, grad, gk)
-    _launch(_k_filter_bwd, _p_filter_bwd,
-            (grad.data_ptr(), x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
+    _launch(_k_filter_bwd, (grad.data_ptr(), x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
             nitems, nt, _small(N, H, W))
     if tmp:
         o.copy_(o2)
@@ -1391,8 +1396,7 @@ def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
         mask = mask.expand(x.shape)
     x, o2, _, mask, L, tmp = _prepare(x, o, False, None, False, mask)
     ma = 0 if mask is None else mask.data_ptr()
-    _launch(_k_blur_fwd, _p_blur_fwd,
-            (x.data_ptr(), ma, o2.data_ptr(), _CARRIER[x.dtype], P, F, L, _threshold(x, threshold)),
+    _launch(_k_blur_fwd, (x.data_ptr(), ma, o2.data_ptr(), _CARRIER[x.dtype], P, F, L, _threshold(x, threshold)),
             nitems, nt, _small(N, H, W))
     if tmp:
         o.copy_(o2)
@@ -1417,8 +1421,7 @@ def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
         grad = grad.expand(x.shape)
     x, o2, grad, mask, L, tmp = _prepare(x, o, False, grad, False, mask)
     ma = 0 if mask is None else mask.data_ptr()
-    _launch(_k_blur_bwd, _p_blur_bwd,
-            (grad.data_ptr(), x.data_ptr(), ma, o2.data_ptr(), _CARRIER[x.dtype], P, F, L, _threshold(x, threshold)),
+    _launch(_k_blur_bwd, (grad.data_ptr(), x.data_ptr(), ma, o2.data_ptr(), _CARRIER[x.dtype], P, F, L, _threshold(x, threshold)),
             nitems, nt, _small(N, H, W))
     if tmp:
         o.copy_(o2)

@@ -1,0 +1,451 @@
+"""The fused numba engine (backends/cpu.py) against the reference engine.
+
+The reference engine is the oracle: every op, mode, operator and odd size,
+forward and backward, in float64 with a tight tolerance; then the code paths
+only the fused engine has -- row blocks and the parallel launch, the
+float16/bfloat16 converters, strided / channels_last / stride-0 layouts,
+``out=``, NaN/inf footprints, and the fall-backs to the reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import torchfilters as tf
+from torchfilters import _spec, backends
+from torchfilters._spec import BlurSpec, FilterSpec
+
+cpu = backends.get("cpu")
+pytestmark = pytest.mark.skipif(cpu is None, reason="numba is not installed")
+
+from conftest import BASE_MODES, OPS, op_out_shape, rand  # noqa: E402
+
+MODES5 = BASE_MODES
+SHAPES = ((2, 1, 7, 5), (1, 1, 1, 1), (3, 1, 6), (2, 5, 1), (1, 2, 3), (1, 11, 4))
+
+
+def _run(name, x, engine, mode, **kw):
+    return OPS[name](x, mode=mode, cval=0.75, backend=engine, **kw)
+
+
+def _fwd_bwd(name, x, engine, mode, seed=1):
+    xx = x.detach().clone().requires_grad_(True)
+    y = _run(name, xx, engine, mode)
+    g = rand(*y.shape, seed=seed, dtype=y.dtype)
+    (gx,) = torch.autograd.grad(y, xx, g)
+    return y.detach(), gx
+
+
+def _close(a, b, tol, what=""):
+    a64, b64 = a.double(), b.double()
+    scale = max(1.0, float(b64.abs().max())) if b.numel() else 1.0
+    err = (a64 - b64).abs()
+    assert bool(((err <= tol * scale) | (a64.isnan() & b64.isnan())).all()), (
+        f"{what}: max err {float(err.nan_to_num(0).max()):.3g} (tol {tol * scale:.3g})"
+    )
+
+
+# ---------------------------------------------------------------- vs reference
+
+
+@pytest.mark.parametrize("mode", MODES5)
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_matches_reference_forward_and_backward(name, mode):
+    for i, shape in enumerate(SHAPES):
+        x = rand(*shape, seed=i)
+        if name.startswith("selective_blur"):
+            x = x + 0.05 * torch.sign(x)  # masks away from the threshold
+        y_r, g_r = _fwd_bwd(name, x, "reference", mode)
+        y_c, g_c = _fwd_bwd(name, x, "cpu", mode)
+        assert y_c.shape == y_r.shape and y_c.dtype == y_r.dtype
+        _close(y_c, y_r, 1e-12, f"{name} {shape} forward")
+        _close(g_c, g_r, 1e-12, f"{name} {shape} backward")
+
+
+@pytest.fixture
+def row_blocks(monkeypatch):
+    """Force row blocks of a few rows and the parallel launch on tiny images."""
+    monkeypatch.setattr(cpu, "_WHOLE", 0)
+    monkeypatch.setattr(cpu, "_TILE", 1)
+    monkeypatch.setattr(cpu, "_SERIAL", 0)
+
+
+@pytest.mark.parametrize("mode", MODES5)
+def test_row_blocks_and_parallel_launch(row_blocks, mode):
+    for name in sorted(OPS):
+        for i, shape in enumerate(((1, 9, 6), (2, 1, 13, 3), (1, 2, 7))):
+            x = rand(*shape, seed=10 + i) + 0.0
+            if name.startswith("selective_blur"):
+                x = x + 0.05 * torch.sign(x)
+            y_r, g_r = _fwd_bwd(name, x, "reference", mode)
+            y_c, g_c = _fwd_bwd(name, x, "cpu", mode)
+            _close(y_c, y_r, 1e-12, f"{name} {shape} forward")
+            _close(g_c, g_r, 1e-12, f"{name} {shape} backward")
+
+
+@pytest.mark.parametrize("mode", ("reflect", "wrap", "constant"))
+def test_large_planes_in_row_blocks(mode):
+    """Real blocking: few large planes are split into row blocks across threads."""
+    x = rand(1, 130, 300, seed=3)
+    for fn in (
+        lambda t, b: tf.gaussian_filter(t, 2.0, mode=mode, cval=0.5, backend=b),
+        lambda t, b: tf.gradient_magnitude(t, operator="sobel", mode=mode, cval=0.5, backend=b),
+        lambda t, b: tf.selective_blur(t, 0.1, normalized=True, mode=mode, backend=b),
+    ):
+        xr = x.clone().requires_grad_(True)
+        xc = x.clone().requires_grad_(True)
+        yr, yc = fn(xr, "reference"), fn(xc, "cpu")
+        _close(yc, yr, 1e-12, "forward")
+        yr.square().sum().backward()
+        yc.square().sum().backward()
+        _close(xc.grad, xr.grad, 1e-11, "backward")
+
+
+def test_radius_larger_than_image_every_mode():
+    for mode in MODES5:
+        for shape in ((1, 1), (2, 3), (3, 1)):
+            x = rand(2, *shape, seed=5)
+            w = rand(9, 7, seed=6)
+            for fn in (
+                lambda t, b: tf.correlate(t, w, mode=mode, cval=-0.5, backend=b),
+                lambda t, b: tf.gaussian_filter(t, 3.0, mode=mode, cval=-0.5, backend=b),
+                lambda t, b: tf.selective_blur(t, -0.2, sigma=(2.0, 3.0), normalized=True, mode=mode, backend=b),
+            ):
+                xr = x.clone().requires_grad_(True)
+                xc = x.clone().requires_grad_(True)
+                yr, yc = fn(xr, "reference"), fn(xc, "cpu")
+                _close(yc, yr, 1e-12, f"{mode} {shape}")
+                g = rand(*yr.shape, seed=7)
+                (gr,) = torch.autograd.grad(yr, xr, g)
+                (gc,) = torch.autograd.grad(yc, xc, g)
+                _close(gc, gr, 1e-12, f"{mode} {shape} backward")
+
+
+def test_matches_scipy_directly():
+    sp = pytest.importorskip("scipy.ndimage")
+    x = rand(9, 11, seed=8)
+    xn = x.numpy()
+    for mode in MODES5:
+        assert torch.allclose(tf.sobel(x, -1, mode=mode, cval=1.5, backend="cpu"),
+                              torch.from_numpy(sp.sobel(xn, -1, mode=mode, cval=1.5)), atol=1e-12)
+        assert torch.allclose(tf.gaussian_filter(x, 1.3, mode=mode, cval=1.5, backend="cpu"),
+                              torch.from_numpy(sp.gaussian_filter(xn, 1.3, mode=mode, cval=1.5)), atol=1e-12)
+        w = rand(4, 3, seed=9).numpy()
+        assert torch.allclose(tf.convolve(x, w, mode=mode, cval=1.5, backend="cpu"),
+                              torch.from_numpy(sp.convolve(xn, w, mode=mode, cval=1.5)), atol=1e-12)
+        mag = np.hypot(sp.sobel(xn, 0, mode=mode), sp.sobel(xn, 1, mode=mode))
+        assert torch.allclose(tf.gradient_magnitude(x, operator="sobel", mode=mode, backend="cpu"),
+                              torch.from_numpy(mag), atol=1e-12)
+
+
+def test_engine_functions_directly():
+    """The four entry points, called as the custom ops call them."""
+    x = rand(2, 3, 8, 7, seed=11)
+    spec = FilterSpec("mirror", 0.0, "magnitude",
+                      (_spec.sep((-2, -1, (-1.0, 0.0, 1.0)), (-1, -1, (1.0, 2.0, 1.0))),
+                       _spec.sep((-1, -1, (-1.0, 0.0, 1.0)), (-2, -1, (1.0, 2.0, 1.0)))))
+    ref = backends.get("reference")
+    _close(cpu.filter_forward(x, spec), ref.filter_forward(x, spec), 1e-13)
+    g = rand(2, 3, 8, 7, seed=12)
+    _close(cpu.filter_backward(g, x, spec), ref.filter_backward(g, x, spec), 1e-13)
+    bspec = BlurSpec("nearest", 0.0, True, False, _spec.dense([[1.0, 2.0], [3.0, 4.0]], (0, -1)))
+    mask = (rand(8, 7, seed=13) > 0).expand(2, 3, 8, 7)
+    _close(cpu.blur_forward(x, mask, bspec, 0.0), ref.blur_forward(x, mask, bspec, 0.0), 1e-13)
+    _close(cpu.blur_backward(g, x, mask, bspec, 0.0), ref.blur_backward(g, x, mask, bspec, 0.0), 1e-13)
+    _close(cpu.blur_backward(g, x, None, bspec, 0.2), ref.blur_backward(g, x, None, bspec, 0.2), 1e-13)
+
+
+# ------------------------------------------------------------------- fall-backs
+
+
+def test_unusual_specs_fall_back_to_the_reference():
+    ref = backends.get("reference")
+    x = rand(2, 6, 5, seed=14)
+    same_axis = FilterSpec("reflect", 0.0, "stack", (_spec.sep((-1, -1, (1.0, 2.0, 1.0)), (-1, 0, (1.0, -1.0))),))
+    inf_cval = FilterSpec("constant", math.inf, "stack", (_spec.sep((-2, -1, (1.0, 2.0, 1.0)),),))
+    for spec in (same_axis, inf_cval):
+        assert cpu._info(spec) is None
+        assert torch.equal(cpu.filter_forward(x, spec), ref.filter_forward(x, spec))
+        assert torch.equal(cpu.filter_backward(x, x, spec), ref.filter_backward(x, x, spec))
+
+
+def test_empty_tensors():
+    x = torch.empty(0, 3, 4)
+    assert tf.gradient_magnitude(x, backend="cpu").shape == (0, 3, 4)
+    assert tf.selective_blur(torch.empty(2, 0, 4), backend="cpu").shape == (2, 0, 4)
+
+
+# ----------------------------------------------------------------------- dtypes
+
+
+def test_half_conversions_are_exact():
+    from numba import njit
+
+    @njit
+    def h2f(src, dst):
+        for i in range(src.size):
+            dst[i] = cpu._h2f(src[i])
+
+    @njit
+    def f2h(src, dst):
+        for i in range(src.size):
+            dst[i] = cpu._f2h(src[i])
+
+    bits = np.arange(65536, dtype=np.uint16)
+    got = np.empty(65536, np.float32)
+    h2f(bits, got)
+    assert np.array_equal(got, torch.from_numpy(bits.view(np.float16)).float().numpy(), equal_nan=True)
+    g = torch.Generator().manual_seed(0)
+    f = torch.randint(-(2**31), 2**31 - 1, (1_000_000,), generator=g, dtype=torch.int32).view(torch.float32)
+    f = torch.cat([f, torch.linspace(-7e4, 7e4, 200_001), torch.linspace(-1e-4, 1e-4, 200_001),
+                   torch.tensor([0.0, -0.0, 65504.0, 65519.99, 65520.0, 2.98e-8, 2.9802322e-08, math.inf, -math.inf])])
+    out = np.empty(f.numel(), np.uint16)
+    f2h(f.numpy(), out)
+    want = f.half().view(torch.int16).numpy().view(np.uint16)
+    ok = ~np.isnan(f.numpy())
+    assert np.array_equal(out[ok], want[ok])
+    assert np.isnan(out[~ok].view(np.float16)).all()
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float32))
+def test_low_precision_matches_reference(dtype):
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-6}[dtype]
+    for name in sorted(OPS):
+        for shape in ((2, 9, 8), (1, 1, 3, 1)):
+            x = rand(*shape, seed=15, dtype=dtype)
+            if name.startswith("selective_blur"):
+                x = (x.double() + 0.1 * torch.sign(x.double())).to(dtype)
+            y_r, g_r = _fwd_bwd(name, x, "reference", "reflect")
+            y_c, g_c = _fwd_bwd(name, x, "cpu", "reflect")
+            assert y_c.dtype == dtype and g_c.dtype == dtype
+            if name.startswith("gradient_direction"):  # angles of near-zero gradients are unstable
+                continue
+            _close(y_c, y_r, tol, f"{name} {dtype} forward")
+            _close(g_c, g_r, tol * 4, f"{name} {dtype} backward")
+
+
+def test_bfloat16_rounding_matches_torch():
+    """The output conversion rounds to nearest even like torch (checked on an identity pass)."""
+    x = rand(3, 50, 40, seed=16, dtype=torch.float32) * 1000
+    xb = x.to(torch.bfloat16)
+    y = tf.correlate(xb, [[1.0]], backend="cpu")
+    assert torch.equal(y, xb)
+    y = tf.correlate(x.to(torch.float16), [[1.0]], backend="cpu")
+    assert torch.equal(y, x.to(torch.float16))
+
+
+# -------------------------------------------------------------- layouts and out=
+
+
+def _ref_and_cpu(fn, x):
+    return fn(x, "reference"), fn(x, "cpu")
+
+
+LAYOUT_OPS = {
+    "magnitude": lambda t, b: tf.gradient_magnitude(t, operator="sobel", mode="wrap", backend=b),
+    "gradient": lambda t, b: tf.gradient(t, operator="scharr", mode="mirror", backend=b),
+    "blur-mask": lambda t, b: tf.selective_blur(t, mask=(t[..., :1, :, :] > 0), normalized=True, backend=b),
+    "gauss": lambda t, b: tf.gaussian_filter(t, (1.0, 2.0), mode="constant", cval=2.0, backend=b),
+}
+
+
+@pytest.mark.parametrize("layout", ("slice", "channels_last", "transposed_hw", "expanded", "lead3"))
+@pytest.mark.parametrize("op", sorted(LAYOUT_OPS))
+def test_layouts(layout, op):
+    base = rand(3, 4, 9, 10, seed=17)
+    x = {
+        "slice": base[:, 1:3, 1:8, ::2],
+        "channels_last": base.contiguous(memory_format=torch.channels_last),
+        "transposed_hw": base.transpose(-1, -2),
+        "expanded": base[:1, :1].expand(3, 4, 9, 10),
+        "lead3": base.unsqueeze(2).expand(3, 4, 2, 9, 10).transpose(0, 1)[:, :, :, 1:],
+    }[layout]
+    fn = LAYOUT_OPS[op]
+    xr = x.detach().requires_grad_(True)
+    xc = x.detach().requires_grad_(True)
+    assert xc.stride() == x.stride()
+    yr, yc = fn(xr, "reference"), fn(xc, "cpu")
+    assert yc.is_contiguous()
+    _close(yc, yr, 1e-12, f"{layout} forward")
+    # a non-contiguous incoming gradient, and the stride-0 one of .sum().backward()
+    g = rand(*yr.shape[:-2], yr.shape[-1], yr.shape[-2], seed=18).transpose(-1, -2)
+    (gr,) = torch.autograd.grad(yr, xr, g)
+    (gc,) = torch.autograd.grad(yc, xc, g)
+    _close(gc, gr, 1e-12, f"{layout} backward")
+    (gr,) = torch.autograd.grad(fn(xr, "reference").sum(), xr)
+    (gc,) = torch.autograd.grad(fn(xc, "cpu").sum(), xc)
+    _close(gc, gr, 1e-12, f"{layout} backward of sum")
+
+
+def test_out_writes_and_returns_out():
+    x = rand(2, 3, 12, 11, seed=19, dtype=torch.float32)
+    for name in sorted(OPS):
+        want = _run(name, x, "cpu", "nearest")
+        out = torch.full(op_out_shape(name, x.shape), math.nan)
+        assert _run(name, x, "cpu", "nearest", out=out) is out
+        assert torch.equal(out, want), name
+        # a strided out (every other column of a wider buffer)
+        wide = torch.full(op_out_shape(name, x.shape)[:-1] + (2 * x.shape[-1],), math.nan)
+        out = wide[..., ::2]
+        _run(name, x, "cpu", "nearest", out=out)
+        assert torch.equal(out, want), name
+        assert wide[..., 1::2].isnan().all()
+
+
+def test_out_for_the_stacked_gradient_and_uncollapsible_out():
+    x = rand(2, 3, 6, 5, seed=20)
+    want = tf.gradient(x, operator="sobel", backend="cpu")
+    out = torch.empty(2, 2, 3, 6, 5, dtype=x.dtype).permute(0, 2, 1, 3, 4)  # (2, 3, 2, 6, 5), K outermost
+    tf.gradient(x, operator="sobel", out=out, backend="cpu")
+    assert torch.equal(out, want)
+    out = torch.empty(3, 5, 2, 2, 6, dtype=x.dtype).permute(3, 0, 2, 4, 1)  # leading dims that do not collapse
+    tf.gradient(x, operator="sobel", out=out, backend="cpu")
+    assert torch.equal(out, want)
+
+
+def test_fresh_outputs_are_contiguous_and_large_ones_from_numpy():
+    x = rand(4, 64, 64, 64, seed=21, dtype=torch.float32)
+    y = tf.gradient_magnitude(x, backend="cpu")
+    assert y.is_contiguous() and y.dtype == torch.float32
+    for dt in (torch.float16, torch.bfloat16, torch.float64):
+        assert cpu._alloc((3, 700, 700), dt).dtype == dt
+    y = tf.selective_blur(x.to(torch.bfloat16), backend="cpu")
+    assert y.dtype == torch.bfloat16 and y.shape == x.shape
+
+
+def test_inputs_are_not_modified():
+    x = rand(2, 7, 8, seed=22)
+    x0 = x.clone()
+    g = rand(2, 7, 8, seed=23)
+    g0 = g.clone()
+    for name in sorted(OPS):
+        if name == "gradient-sobel":
+            continue
+        xx = x.clone().requires_grad_(True)
+        _run(name, xx, "cpu", "reflect").backward(g)
+    assert torch.equal(x, x0) and torch.equal(g, g0)
+
+
+# ----------------------------------------------------------------- NaN and inf
+
+
+def _footprint(x_bad, dense_abs_kernels, mode):
+    """Where a non-finite input may land: correlation of its indicator with |kernel| (folded by mode)."""
+    ind = x_bad.double()
+    reach = torch.zeros_like(ind)
+    for k in dense_abs_kernels:
+        reach = reach + tf.correlate(ind, k, mode=mode, backend="reference")
+    return reach > 0
+
+
+@pytest.mark.parametrize("mode", MODES5)
+@pytest.mark.parametrize("bad", (math.nan, math.inf, -math.inf))
+def test_non_finite_inputs_contaminate_only_the_footprint(mode, bad):
+    x = rand(2, 11, 13, seed=24, dtype=torch.float32)
+    x[0, 5, 6] = bad
+    x[1, 0, 12] = bad  # at a corner: the footprint folds
+    ind = ~torch.isfinite(x)
+    sob = [[1.0, 0.0, 1.0], [2.0, 0.0, 2.0], [1.0, 0.0, 1.0]]
+    cases = [
+        (tf.gradient_magnitude(x, operator="sobel", mode=mode, backend="cpu"), [sob, np.transpose(sob)]),
+        (tf.derivative(x, -1, mode=mode, backend="cpu"), [[[1.0, 0.0, 1.0]]]),
+        (tf.correlate(x, [[0.0, 1.0], [2.0, 0.0], [0.0, 3.0]], mode=mode, backend="cpu"),
+         [[[0.0, 1.0], [2.0, 0.0], [0.0, 3.0]]]),
+        (tf.gaussian_filter(x, 1.0, mode=mode, backend="cpu"), [np.ones((9, 9))]),
+        (tf.selective_blur(x, -10.0, mode=mode, backend="cpu"), [np.ones((3, 3))]),
+    ]
+    for y, kernels in cases:
+        fp = _footprint(ind, kernels, mode)
+        assert torch.isfinite(y[~fp]).all()
+        assert (~torch.isfinite(y[fp])).any()
+
+
+def test_normalized_blur_excludes_non_finite_outliers():
+    x = torch.ones(1, 7, 7)
+    x[0, 3, 3] = -math.inf  # below the threshold: excluded, must not leak
+    y = tf.selective_blur(x, 0.0, normalized=True, backend="cpu")
+    assert torch.isfinite(y[x > 0]).all() and (y[x > 0] == 1).all()
+
+
+# --------------------------------------------------------------------- threads
+
+
+def test_threads_follow_torch(monkeypatch):
+    seen = []
+    launch = cpu._launch
+
+    def spy(fn, args, nitems, nthreads, serial):
+        seen.append((nthreads, serial))
+        return launch(fn, args, nitems, nthreads, serial)
+
+    monkeypatch.setattr(cpu, "_launch", spy)
+    before = torch.get_num_threads()
+    x = rand(1, 300, 200, seed=25)
+    want = tf.gaussian_filter(x, 1.0, backend="reference")
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            xx = x.clone().requires_grad_(True)
+            y = tf.gaussian_filter(xx, 1.0, backend="cpu")
+            y.sum().backward()
+            _close(y, want, 1e-12)
+            assert seen[-2:] == [(n, False), (n, False)]
+        torch.set_num_threads(2)
+        tf.gaussian_filter(x[:, :5, :5], 1.0, backend="cpu")  # tiny: serial, in the calling thread
+        assert seen[-1] == (2, True)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_backend_selection():
+    assert backends.resolve("auto", torch.device("cpu"), torch.float32) is cpu
+    assert backends.resolve("auto", torch.device("cpu"), torch.bfloat16) is cpu
+    assert not cpu.available(torch.device("meta"), torch.float32)
+
+
+# ------------------------------------------------------------------ properties
+
+hyp = pytest.importorskip("hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    h=st.integers(1, 12),
+    w=st.integers(1, 12),
+    lead=st.integers(1, 3),
+    kh=st.integers(1, 9),
+    kw=st.integers(1, 9),
+    mode=st.sampled_from(MODES5),
+    dtype=st.sampled_from((torch.float64, torch.float32, torch.float16, torch.bfloat16)),
+    kind=st.sampled_from(("dense", "sep", "blur", "blur-normalized", "magnitude")),
+    seed=st.integers(0, 2**16),
+)
+def test_property_matches_reference(h, w, lead, kh, kw, mode, dtype, kind, seed):
+    x = rand(lead, h, w, seed=seed, dtype=dtype)
+    wts = rand(kh, kw, seed=seed + 1)
+    if kind == "dense":
+        fn = lambda t, b: tf.correlate(t, wts, mode=mode, cval=0.3, backend=b)  # noqa: E731
+    elif kind == "sep":
+        sig = (0.0 if kh == 1 else kh / 4, kw / 4)
+        fn = lambda t, b: tf.gaussian_filter(t, sig, order=(kh % 2, 0), mode=mode, cval=0.3, backend=b)  # noqa: E731
+    elif kind == "magnitude":
+        fn = lambda t, b: tf.gaussian_gradient_magnitude(t, kw / 3, mode=mode, cval=0.3, backend=b)  # noqa: E731
+    else:
+        fn = lambda t, b: tf.selective_blur(  # noqa: E731
+            t, 0.0, weights=wts.abs() + 0.1, normalized=kind == "blur-normalized", mode=mode, cval=0.3, backend=b
+        )
+    tol = {torch.float64: 1e-11, torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}[dtype]
+    xr = x.clone().requires_grad_(True)
+    xc = x.clone().requires_grad_(True)
+    yr, yc = fn(xr, "reference"), fn(xc, "cpu")
+    _close(yc, yr, tol, "forward")
+    g = rand(*yr.shape, seed=seed + 2, dtype=dtype)
+    (gr,) = torch.autograd.grad(yr, xr, g)
+    (gc,) = torch.autograd.grad(yc, xc, g)
+    _close(gc, gr, tol * (8 if kind == "magnitude" else 2), "backward")
