@@ -20,7 +20,9 @@ Offsets follow ``scipy.ndimage.correlate``: output ``[i]`` reads
 
 from __future__ import annotations
 
+import ast
 import functools
+import math
 from typing import NamedTuple, Tuple
 
 import torch
@@ -108,9 +110,23 @@ def cached(fn):
     return torch.compiler.assume_constant_result(call)
 
 
+_NONFINITE = {"<inf>": float("inf"), "<-inf>": float("-inf"), "<nan>": float("nan")}
+
+
 def _plain(obj):
+    """Nested tuples of literals; non-finite floats become marker strings."""
     if isinstance(obj, tuple):
         return tuple(_plain(o) for o in obj)
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "<nan>" if obj != obj else ("<inf>" if obj > 0 else "<-inf>")
+    return obj
+
+
+def _unplain(obj):
+    if isinstance(obj, tuple):
+        return tuple(_unplain(o) for o in obj)
+    if isinstance(obj, str) and obj in _NONFINITE:
+        return _NONFINITE[obj]
     return obj
 
 
@@ -127,8 +143,8 @@ def _stencil(t) -> Stencil:
 @cached
 def decode(text: str):
     name, _, body = text.partition("(")
-    # our own text (built by encode); inf/nan are the only names it can hold
-    t = eval("(" + body, {"__builtins__": {}}, {"inf": float("inf"), "nan": float("nan")})
+    # literals only: spec strings also live in exported programs, never evaluate code
+    t = _unplain(ast.literal_eval("(" + body))
     if name == "FilterSpec":
         mode, cval, epilogue, stencils = t
         return FilterSpec(mode, float(cval), epilogue, tuple(_stencil(s) for s in stencils))
@@ -142,8 +158,14 @@ def sep(*passes) -> Stencil:
     return Stencil("sep", tuple(Pass(a, int(lo), tuple(float(w) for w in taps)) for a, lo, taps in passes))
 
 
+#: SciPy's 2-D ``correlate`` leaves weights with ``|w| <= DBL_EPSILON`` out of the
+#: footprint (a NaN under such a tap does not spread); engines skip zero dense taps.
+DBL_EPSILON = 2.220446049250313e-16
+
+
 def dense(taps, lo) -> Stencil:
-    return Stencil("dense", (), (int(lo[0]), int(lo[1])), tuple(tuple(float(w) for w in row) for row in taps))
+    rows = tuple(tuple(0.0 if abs(float(w)) <= DBL_EPSILON else float(w) for w in row) for row in taps)
+    return Stencil("dense", (), (int(lo[0]), int(lo[1])), rows)
 
 
 def centered_lo(k: int, origin: int = 0) -> int:

@@ -8,7 +8,7 @@ names the argument and lists what is accepted.
 from __future__ import annotations
 
 import math
-from numbers import Real
+from numbers import Integral, Real
 
 import torch
 
@@ -120,6 +120,9 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def check_cval(cval) -> float:
+    """Any real number (NaN and inf too, as in SciPy), or a 1-element real tensor."""
+    if isinstance(cval, torch.Tensor) and cval.numel() == 1 and not (cval.dtype.is_complex or cval.dtype == torch.bool):
+        cval = cval.item()
     if isinstance(cval, bool) or not isinstance(cval, Real):
         raise TypeError(f"cval must be a real number; got {type(cval).__name__}")
     return float(cval)
@@ -149,8 +152,9 @@ def pair(value, name: str):
 
 
 def check_axis(axis) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, int):
+    if isinstance(axis, bool) or not isinstance(axis, Integral):
         raise TypeError(f"axis must be an int, -1 (x, W) or -2 (y, H); got {type(axis).__name__}")
+    axis = int(axis)
     if axis not in (-1, -2):
         raise ValueError(
             f"axis must be -1 (x, W) or -2 (y, H); got {axis}. Filters act on the last two "
@@ -170,3 +174,10 @@ def check_out(out, shape, dtype, device, name: str = "out") -> None:
         raise TypeError(f"{name} has dtype {out.dtype}; expected {dtype}")
     if out.device != device:
         raise ValueError(f"{name} is on {out.device}; expected {device}")
+    if torch._debug_has_internal_overlap(out) == 1:
+        raise ValueError(
+            f"{name} has overlapping memory (e.g. an expanded, stride-0 tensor); "
+            "it cannot hold one result per element: pass a contiguous tensor"
+        )
+    if out.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"{name} requires grad; out= does not support automatic differentiation")

@@ -37,6 +37,7 @@ from numbers import Integral, Real
 from typing import Optional, Sequence, Union
 
 import torch
+import torch.autograd.forward_ad as _fwad
 from torch import Tensor
 
 from . import _ops, _spec, kernels
@@ -78,6 +79,7 @@ def _eager_engine(x: Tensor, backend: str):
     """
     if (
         (x.requires_grad and torch.is_grad_enabled())
+        or _fwad._current_level >= 0
         or torch.compiler.is_compiling()
         or type(x) is not Tensor
         or torch._C._len_torch_dispatch_stack() > 0
@@ -88,14 +90,19 @@ def _eager_engine(x: Tensor, backend: str):
 
 
 @_spec.cached
-def _filter_text(mode: str, cval: float, epilogue: str, recipes: tuple) -> str:
+def _filter_text(mode: str, cval: float, epilogue: str, recipes: tuple, cval_negative: bool = False) -> str:
     """The spec string of a filter; a constant for ``torch.compile`` (no float tracing)."""
     return _spec.encode(FilterSpec(mode, cval, epilogue, tuple(_stencil(r) for r in recipes)))
 
 
 @_spec.cached
-def _blur_text(mode: str, cval: float, normalized: bool, keep_border: bool, recipe: tuple) -> str:
+def _blur_text(mode, cval, normalized, keep_border, recipe, cval_negative=False) -> str:
     return _spec.encode(BlurSpec(mode, cval, normalized, keep_border, _stencil(recipe)))
+
+
+def _signbit(v: float) -> bool:
+    # -0.0 == 0.0 and both hash alike: the cache keys carry the sign (SciPy keeps it)
+    return math.copysign(1.0, v) < 0
 
 
 def _stencil(recipe: tuple):
@@ -114,6 +121,21 @@ def _stencil(recipe: tuple):
     raise AssertionError(recipe)
 
 
+def _refuse_forward_ad(x: Tensor) -> None:
+    """Forward-mode AD has no rule here: fail loudly instead of returning a zero tangent."""
+    dual = _fwad._current_level >= 0 and _fwad.unpack_dual(x).tangent is not None
+    if not dual and torch._C._functorch.is_functorch_wrapped_tensor(x):
+        from torch._C._functorch import TransformType
+        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+        dual = any(i.key() == TransformType.Jvp for i in retrieve_all_functorch_interpreters())
+    if dual:
+        raise NotImplementedError(
+            "torchfilters ops support reverse-mode autograd (Tensor.backward, torch.autograd.grad) "
+            "but not forward-mode AD (forward_ad dual tensors, torch.func.jvp/jacfwd)"
+        )
+
+
 def _run_filter(x: Tensor, text: str, out: Optional[Tensor], backend) -> Tensor:
     backend = check_backend(backend)
     spec = _spec.decode(text)
@@ -126,6 +148,8 @@ def _run_filter(x: Tensor, text: str, out: Optional[Tensor], backend) -> Tensor:
             return eng.filter_forward(x, spec)
         _ops._write(out, (x,), lambda o: eng.filter_forward(x, spec, out=o))
         return out
+    if not torch.compiler.is_compiling():
+        _refuse_forward_ad(x)
     if out is None:
         return _ops.filter_op(x, text, backend)
     _ops.filter_out_op(x, text, backend, out)
@@ -218,7 +242,7 @@ def _correlate2d(input, weights, mode, cval, origin, out, backend, flip: bool):
     oy = _check_origin(origins[0], kh)
     ox = _check_origin(origins[1], kw)
     recipe = ("dense", w, (_spec.centered_lo(kh, oy), _spec.centered_lo(kw, ox)))
-    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,)), out, backend)
+    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,), _signbit(cval)), out, backend)
 
 
 def correlate(
@@ -307,7 +331,7 @@ def _correlate1d(input, weights, axis, mode, cval, origin, out, backend, flip: b
     k = len(w)
     origin = _check_origin(origin, k)
     recipe = ("sep1", axis, _spec.centered_lo(k, origin), w)
-    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,)), out, backend)
+    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,), _signbit(cval)), out, backend)
 
 
 def correlate1d(
@@ -438,7 +462,7 @@ def derivative(
     """
     x, mode, cval = _prep(input, mode, cval)
     recipe = ("deriv", kernels.check_operator(operator), check_axis(axis), _check_bool(normalized, "normalized"))
-    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,)), out, backend)
+    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,), _signbit(cval)), out, backend)
 
 
 def gradient(
@@ -465,7 +489,7 @@ def gradient(
     op = kernels.check_operator(operator)
     n = _check_bool(normalized, "normalized")
     recipes = (("deriv", op, -2, n), ("deriv", op, -1, n))
-    return _run_filter(x, _filter_text(mode, cval, "stack", recipes), out, backend)
+    return _run_filter(x, _filter_text(mode, cval, "stack", recipes, _signbit(cval)), out, backend)
 
 
 def gradient_magnitude(
@@ -504,7 +528,7 @@ def gradient_magnitude(
     op = kernels.check_operator(operator)
     n = _check_bool(normalized, "normalized")
     recipes = (("deriv", op, -2, n), ("deriv", op, -1, n))
-    return _run_filter(x, _filter_text(mode, cval, "magnitude", recipes), out, backend)
+    return _run_filter(x, _filter_text(mode, cval, "magnitude", recipes, _signbit(cval)), out, backend)
 
 
 def gradient_direction(
@@ -535,7 +559,7 @@ def gradient_direction(
     x, mode, cval = _prep(input, mode, cval)
     op = kernels.check_operator(operator)
     recipes = (("deriv", op, -2, False), ("deriv", op, -1, False))
-    return _run_filter(x, _filter_text(mode, cval, "direction", recipes), out, backend)
+    return _run_filter(x, _filter_text(mode, cval, "direction", recipes, _signbit(cval)), out, backend)
 
 
 def _named_operator(operator: str):
@@ -614,18 +638,29 @@ def _check_order(order):
     return tuple(out)
 
 
+_MAX_RADIUS = 1 << 20
+
+
 def _gaussian_radii(sigmas, truncate, radius):
     truncate = check_real(truncate, "truncate", allow_inf=False)
     if truncate < 0:
         raise ValueError(f"truncate must be >= 0; got {truncate}")
     if radius is None:
-        return tuple(kernels.gaussian_radius(s, truncate) for s in sigmas)
+        radii = tuple(kernels.gaussian_radius(s, truncate) for s in sigmas)
+        if max(radii) > _MAX_RADIUS:
+            raise ValueError(
+                f"sigma={sigmas} with truncate={truncate} gives a kernel radius of {max(radii):.3g}; "
+                f"the largest supported is {_MAX_RADIUS} (lower sigma or truncate, or pass radius=)"
+            )
+        return radii
     radii = []
     for r in pair(radius, "radius"):
         if isinstance(r, bool) or not isinstance(r, Integral):
             raise TypeError(f"radius must be a non-negative int or a pair of them; got {r!r}")
         if r < 0:
             raise ValueError(f"radius must be a non-negative int or a pair of them; got {r!r}")
+        if r > _MAX_RADIUS:
+            raise ValueError(f"radius={r} is larger than the largest supported, {_MAX_RADIUS}")
         radii.append(int(r))
     return tuple(radii)
 
@@ -683,13 +718,15 @@ def gaussian_filter(
     orders = _check_order(order)
     radii = _gaussian_radii(sigmas, truncate, radius)
     if all(s <= 1e-15 for s in sigmas):  # SciPy filters no axis: a copy
+        check_backend(backend)
         if out is None:
             return x.clone(memory_format=torch.contiguous_format)
         check_out(out, x.shape, x.dtype, x.device)
         _no_grad_out(x)
-        return out.copy_(x)
+        _ops._write(out, (x,), lambda o: x.clone() if o is None else o.copy_(x))
+        return out
     recipe = ("gauss", sigmas, orders, radii)
-    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,)), out, backend)
+    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,), _signbit(cval)), out, backend)
 
 
 def gaussian_gradient_magnitude(
@@ -720,7 +757,7 @@ def gaussian_gradient_magnitude(
     sigmas = _check_sigma(sigma)
     radii = _gaussian_radii(sigmas, truncate, radius)
     recipes = (("gauss", sigmas, (1, 0), radii), ("gauss", sigmas, (0, 1), radii))
-    return _run_filter(x, _filter_text(mode, cval, "magnitude", recipes), out, backend)
+    return _run_filter(x, _filter_text(mode, cval, "magnitude", recipes, _signbit(cval)), out, backend)
 
 
 # -------------------------------------------------------------- selective blur
@@ -818,7 +855,7 @@ def selective_blur(
         if mask.device != x.device:
             raise ValueError(f"mask is on {mask.device} but input is on {x.device}")
         mask = mask.expand(x.shape)
-    text = _blur_text(mode, cval, normalized, keep_border, recipe)
+    text = _blur_text(mode, cval, normalized, keep_border, recipe, _signbit(cval))
     spec = _spec.decode(text)
     backend = check_backend(backend)
     if out is not None:
@@ -830,6 +867,8 @@ def selective_blur(
             return eng.blur_forward(x, mask, spec, threshold)
         _ops._write(out, (x, mask), lambda o: eng.blur_forward(x, mask, spec, threshold, out=o))
         return out
+    if not torch.compiler.is_compiling():
+        _refuse_forward_ad(x)
     if out is None:
         return _ops.blur_op(x, mask, text, threshold, backend)
     _ops.blur_out_op(x, mask, text, threshold, backend, out)

@@ -10,7 +10,6 @@ gradient is 0 -- not NaN -- where the gradient vector vanishes.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .._spec import BlurSpec, FilterSpec, Stencil
 from .._validate import compute_dtype
@@ -61,9 +60,7 @@ def _pass1d(x: torch.Tensor, dim: int, lo: int, taps, mode: str, cval: float) ->
     k = len(taps)
     xp = _pad(x, dim, lo, lo + k - 1, mode, cval)
     out = None
-    for j, w in enumerate(taps):
-        if w == 0.0:
-            continue
+    for j, w in enumerate(taps):  # every tap, zeros too: a NaN under a 0 tap is NaN (SciPy's correlate1d)
         term = xp.narrow(dim, j, n) * w
         out = term if out is None else out + term
     return out if out is not None else torch.zeros_like(x)
@@ -79,10 +76,16 @@ def apply_stencil(x: torch.Tensor, st: Stencil, mode: str, cval: float) -> torch
     (ly, lx) = st.lo
     H, W = x.shape[-2:]
     xp = _pad(_pad(x, -2, ly, ly + kh - 1, mode, cval), -1, lx, lx + kw - 1, mode, cval)
-    lead = xp.shape[:-2]
-    w = torch.tensor(st.taps, dtype=x.dtype, device=x.device).view(1, 1, kh, kw)
-    y = F.conv2d(xp.reshape(-1, 1, H + kh - 1, W + kw - 1), w)  # conv2d correlates
-    return y.reshape(*lead, H, W)
+    # zero taps are outside the footprint, as in SciPy's 2-D correlate (which drops
+    # |w| <= DBL_EPSILON; the spec builder already zeroed those).  No conv2d: it would
+    # multiply NaNs by zero taps and follow torch.autocast into low precision.
+    y = None
+    for a, row in enumerate(st.taps):
+        for b, w in enumerate(row):
+            if w != 0.0:
+                term = xp[..., a : a + H, b : b + W] * w
+                y = term if y is None else y + term
+    return y if y is not None else torch.zeros_like(x)
 
 
 def _magnitude(ys):
@@ -138,7 +141,7 @@ def blur_compute(x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> tor
         return torch.where(w, b, x)
     mf = m.to(x.dtype)
     # outside the image nothing is masked: in constant mode cval never enters the mean
-    num = apply_stencil(x * mf, spec.stencil, spec.mode, 0.0)
+    num = apply_stencil(torch.where(m, x, torch.zeros_like(x)), spec.stencil, spec.mode, 0.0)
     den = apply_stencil(mf, spec.stencil, spec.mode, 0.0)
     use = w & (den > 0)
     return torch.where(use, num / torch.where(use, den, torch.ones_like(den)), x)
@@ -166,7 +169,7 @@ def _unpad(gp: torch.Tensor, dim: int, n: int, lo: int, hi: int, mode: str) -> t
     shape = list(gp.shape)
     shape[dim] = n + 1 if mode == "constant" else n
     gx = gp.new_zeros(shape).index_add_(dim, idx, gp)
-    return gx.narrow(dim, 0, n)
+    return gx.narrow(dim, 0, n).contiguous() if mode == "constant" else gx
 
 
 def apply_stencil_adjoint(g: torch.Tensor, st: Stencil, mode: str) -> torch.Tensor:
@@ -178,9 +181,11 @@ def apply_stencil_adjoint(g: torch.Tensor, st: Stencil, mode: str) -> torch.Tens
     kh, kw = len(st.taps), len(st.taps[0])
     (ly, lx) = st.lo
     H, W = g.shape[-2:]
-    lead = g.shape[:-2]
-    w = torch.tensor(st.taps, dtype=g.dtype, device=g.device).view(1, 1, kh, kw)
-    gp = F.conv_transpose2d(g.reshape(-1, 1, H, W), w).reshape(*lead, H + kh - 1, W + kw - 1)
+    gp = g.new_zeros(g.shape[:-2] + (H + kh - 1, W + kw - 1))
+    for a, row in enumerate(st.taps):
+        for b, w in enumerate(row):
+            if w != 0.0:
+                gp[..., a : a + H, b : b + W].add_(g, alpha=w)
     return _unpad(_unpad(gp, -1, W, lx, lx + kw - 1, mode), -2, H, ly, ly + kh - 1, mode)
 
 
@@ -253,15 +258,22 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
     return _run(lambda g, xx: filter_vjp(g, xx, spec), out, grad.to(cd), x.to(cd)).to(x.dtype)
 
 
+def _selected(x, mask, threshold):
+    """``input >= threshold`` compared in the input's own dtype, as torch compares."""
+    return x >= threshold if mask is None else mask
+
+
 def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
     if x.numel() == 0:
         return _empty(x, x.shape, out)
+    mask = _selected(x, mask, threshold)
     return _run(blur_compute, out, x, mask, spec, threshold)
 
 
 def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
     if x.numel() == 0:
         return _empty(x, x.shape, out)
+    mask = _selected(x, mask, threshold)
     cd = compute_dtype(x.dtype)
     return _run(lambda g, xx: blur_vjp(g, xx, mask, spec, threshold), out, grad.to(cd), x.to(cd)).to(x.dtype)
 
