@@ -130,8 +130,8 @@ def _unplain(obj):
     return obj
 
 
-@cached
 def encode(spec) -> str:
+    # not memoised: specs that differ only in the sign of a zero compare equal
     return type(spec).__name__ + repr(_plain(spec))
 
 
