@@ -51,7 +51,8 @@ class GaussianFilter(torch.nn.Module):
         )
 
     def extra_repr(self) -> str:
-        return f"sigma={self.sigma!r}, order={self.order!r}, mode={self.mode!r}, truncate={self.truncate}"
+        return (f"sigma={self.sigma!r}, order={self.order!r}, mode={self.mode!r}, cval={self.cval}, "
+                f"truncate={self.truncate}, radius={self.radius!r}")
 
 
 class SelectiveBlur(torch.nn.Module):
@@ -74,7 +75,8 @@ class SelectiveBlur(torch.nn.Module):
         super().__init__()
         self.threshold, self.sigma, self.normalized = threshold, sigma, normalized
         self.keep_border, self.mode, self.cval = keep_border, mode, cval
-        self.weights = None if weights is None else torch.as_tensor(weights, dtype=torch.float64).detach().clone()
+        # nested tuples of floats: constants for torch.compile(fullgraph=True), no state to save
+        self.weights = None if weights is None else F._weights_tuple(weights, 2)
         self(torch.zeros(1, 1))
 
     def forward(self, input: Tensor, mask: Optional[Tensor] = None) -> Tensor:
@@ -84,5 +86,6 @@ class SelectiveBlur(torch.nn.Module):
         )
 
     def extra_repr(self) -> str:
-        return (f"threshold={self.threshold}, sigma={self.sigma!r}, normalized={self.normalized}, "
-                f"keep_border={self.keep_border}, mode={self.mode!r}")
+        kernel = f"weights={self.weights!r}" if self.weights is not None else f"sigma={self.sigma!r}"
+        return (f"threshold={self.threshold}, {kernel}, normalized={self.normalized}, "
+                f"keep_border={self.keep_border}, mode={self.mode!r}, cval={self.cval}")
