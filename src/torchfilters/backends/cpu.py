@@ -342,10 +342,12 @@ def _mask_at(xv, m, ma, hasm, thr):
 
 
 @njit(**_JIT)
-def _written(mm, keepb, rowin, j, P):
-    """Selected and not in the kept border band (``rowin``: the row is inside it)."""
+def _written(mm, keepb, rowin, j, bj0, bj1):
+    """Selected and not in the kept border band (``rowin``: the row is inside it).
+
+    (Scalars only: an array argument in a per-element call costs atomic refcounts.)"""
     if keepb:
-        return mm and rowin and j >= P[I_BJ0] and j < P[I_BJ1]
+        return mm and rowin and j >= bj0 and j < bj1
     return mm
 
 
@@ -518,11 +520,16 @@ def _fwd_layout(P, K, BR):
 
 
 @njit(**_JIT)
-def _k_filter_fwd(xa, oa, carrier, P, F, L, it0, it1):
+def _k_filter_fwd(xa, oa, carrier, Pa, Fa, La, it0, it1):
     I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
-    Fc = _cvt(carrier, F)
+    # raw pointers: array arguments would cost atomic refcount updates in every helper call,
+    # contended between threads
+    Fa32 = _cvt(carrier, Fa)
+    Fc = _ptr(Fa32.ctypes.data, Fa32[0])
+    P = _ptr(Pa.ctypes.data, Pa[0])
+    L = _ptr(La.ctypes.data, La[0])
     H = P[I_H]
     W = P[I_W]
     K = P[I_K]
@@ -530,7 +537,7 @@ def _k_filter_fwd(xa, oa, carrier, P, F, L, it0, it1):
     BR = P[I_BR]
     NB = P[I_NB]
     S0, V0, R0, RL, total = _fwd_layout(P, K, BR)
-    buf = np.empty(total, Fc.dtype)
+    buf = np.empty(total, Fa32.dtype)
     B = _ptr(buf.ctypes.data, Fc[0])
     xsH, xsW = L[R_X + 4], L[R_X + 5]
     osK, osH, osW = L[R_O + 3], L[R_O + 4], L[R_O + 5]
@@ -575,29 +582,35 @@ def _k_filter_fwd(xa, oa, carrier, P, F, L, it0, it1):
             else:  # direction: atan2(y0, y1)
                 for j in range(sl):
                     _st(o, orow + j * osW, _atan2(B[q + j], B[q + RL + j]))
-    return buf.size
+    return buf.size + Fa32.size + Pa.size + La.size
 
 
 @njit(**_JIT)
-def _k_blur_fwd(xa, ma, oa, carrier, P, F, L, thr, it0, it1):
+def _k_blur_fwd(xa, ma, oa, carrier, Pa, Fa, La, thr, it0, it1):
     I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
     m = _ptr(ma, np.uint8(0))
     hasm = ma != 0
-    Fc = _cvt(carrier, F)
+    # raw pointers: array arguments would cost atomic refcount updates in every helper call,
+    # contended between threads
+    Fa32 = _cvt(carrier, Fa)
+    Fc = _ptr(Fa32.ctypes.data, Fa32[0])
+    P = _ptr(Pa.ctypes.data, Pa[0])
+    L = _ptr(La.ctypes.data, La[0])
     Fc[F_THR] = thr
     thr_c = Fc[F_THR]
     H = P[I_H]
     W = P[I_W]
     norm = P[I_EPI] == EPI_NORM
     keepb = P[I_KEEPB] != 0
+    bj0, bj1 = P[I_BJ0], P[I_BJ1]
     EYlo = P[I_EYLO]
     g = P[I_EXHI] - P[I_EXLO]
     BR = P[I_BR]
     NB = P[I_NB]
     S0, V0, R0, RL, total = _fwd_layout(P, I2, BR)
-    buf = np.empty(total, Fc.dtype)
+    buf = np.empty(total, Fa32.dtype)
     B = _ptr(buf.ctypes.data, Fc[0])
     xsH, xsW = L[R_X + 4], L[R_X + 5]
     osH, osW = L[R_O + 4], L[R_O + 5]
@@ -629,16 +642,16 @@ def _k_blur_fwd(xa, ma, oa, carrier, P, F, L, thr, it0, it1):
             if norm:
                 for j in range(sl):
                     xv = _ld(x, xrow + j * xsW)
-                    mm = _written(_mask_at(xv, m, mrow + j * msW, hasm, thr_c), keepb, rowin, j, P)
+                    mm = _written(_mask_at(xv, m, mrow + j * msW, hasm, thr_c), keepb, rowin, j, bj0, bj1)
                     den = B[q + RL + j]
                     _st(o, orow + j * osW, B[q + j] / den if (mm and den > zero) else xv)
             else:
                 tq = S0 + g + (sg - EYlo) * W  # x, from the tile
                 for j in range(sl):
                     xv = B[tq + j]
-                    mm = _written(_mask_at(xv, m, mrow + j * msW, hasm, thr_c), keepb, rowin, j, P)
+                    mm = _written(_mask_at(xv, m, mrow + j * msW, hasm, thr_c), keepb, rowin, j, bj0, bj1)
                     _st(o, orow + j * osW, B[q + j] if mm else xv)
-    return buf.size
+    return buf.size + Fa32.size + Pa.size + La.size
 
 
 # =============================================================================
@@ -858,18 +871,23 @@ def _store_rows(o, ob, osH, osW, B, A0, u0, u1, W):
 
 
 @njit(**_JIT)
-def _k_filter_bwd(ga, xa, oa, carrier, P, F, L, it0, it1):
+def _k_filter_bwd(ga, xa, oa, carrier, Pa, Fa, La, it0, it1):
     gp = _ptr(ga, carrier)
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
-    Fc = _cvt(carrier, F)
+    # raw pointers: array arguments would cost atomic refcount updates in every helper call,
+    # contended between threads
+    Fa32 = _cvt(carrier, Fa)
+    Fc = _ptr(Fa32.ctypes.data, Fa32[0])
+    P = _ptr(Pa.ctypes.data, Pa[0])
+    L = _ptr(La.ctypes.data, La[0])
     H = P[I_H]
     W = P[I_W]
     K = P[I_K]
     BR = P[I_BR]
     NB = P[I_NB]
     ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, K, BR)
-    buf = np.empty(total, Fc.dtype)
+    buf = np.empty(total, Fa32.dtype)
     B = _ptr(buf.ctypes.data, Fc[0])
     xsH, xsW = L[R_X + 4], L[R_X + 5]
     gsK, gsH, gsW = L[R_G + 3], L[R_G + 4], L[R_G + 5]
@@ -891,7 +909,7 @@ def _k_filter_bwd(ga, xa, oa, carrier, P, F, L, it0, it1):
             _adjoint(B, G0, Z0, ZL, U0, E0, pb - pa, P, Fc)
             _unpad(B, A0, u0, u1, G0, pa, pb - pa, P)
         _store_rows(o, ob, osH, osW, B, A0, u0, u1, W)
-    return buf.size
+    return buf.size + Fa32.size + Pa.size + La.size
 
 
 @njit(**_JIT)
@@ -902,6 +920,7 @@ def _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, t
     W = P[I_W]
     norm = P[I_EPI] == EPI_NORM
     keepb = P[I_KEEPB] != 0
+    bj0, bj1 = P[I_BJ0], P[I_BJ1]
     g = P[I_EXHI] - P[I_EXLO]
     za = pa - P[I_EYHI]
     zb = pb - P[I_EYLO]
@@ -926,7 +945,7 @@ def _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, t
         rowin = i >= P[I_BI0] and i < P[I_BI1]
         q = R0 + sg * W
         for j in range(sl):
-            mm = _written(_mask_at(_ld(x, xrow + j * xsW), m, mrow + j * msW, hasm, thr), keepb, rowin, j, P)
+            mm = _written(_mask_at(_ld(x, xrow + j * xsW), m, mrow + j * msW, hasm, thr), keepb, rowin, j, bj0, bj1)
             gv = _ld(gp, grow + j * gsW)
             if norm:
                 den = B[q + j]
@@ -936,25 +955,31 @@ def _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, t
 
 
 @njit(**_JIT)
-def _k_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, it0, it1):
+def _k_blur_bwd(ga, xa, ma, oa, carrier, Pa, Fa, La, thr, it0, it1):
     I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
     gp = _ptr(ga, carrier)
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
     m = _ptr(ma, np.uint8(0))
     hasm = ma != 0
-    Fc = _cvt(carrier, F)
+    # raw pointers: array arguments would cost atomic refcount updates in every helper call,
+    # contended between threads
+    Fa32 = _cvt(carrier, Fa)
+    Fc = _ptr(Fa32.ctypes.data, Fa32[0])
+    P = _ptr(Pa.ctypes.data, Pa[0])
+    L = _ptr(La.ctypes.data, La[0])
     Fc[F_THR] = thr
     thr_c = Fc[F_THR]
     H = P[I_H]
     W = P[I_W]
     norm = P[I_EPI] == EPI_NORM
     keepb = P[I_KEEPB] != 0
+    bj0, bj1 = P[I_BJ0], P[I_BJ1]
     EYhi = P[I_EYHI]
     BR = P[I_BR]
     NB = P[I_NB]
     ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, I1, BR)
-    buf = np.empty(total, Fc.dtype)
+    buf = np.empty(total, Fa32.dtype)
     B = _ptr(buf.ctypes.data, Fc[0])
     xsH, xsW = L[R_X + 4], L[R_X + 5]
     gsH, gsW = L[R_G + 4], L[R_G + 5]
@@ -998,7 +1023,7 @@ def _k_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, it0, it1):
             q = R0 + (u - ia_main) * W
             for j in range(sl):
                 ms = _mask_at(_ld(x, xrow + j * xsW), m, mrow + j * msW, hasm, thr_c)
-                mm = _written(ms, keepb, rowin, j, P)
+                mm = _written(ms, keepb, rowin, j, bj0, bj1)
                 gv = _ld(gp, grow + j * gsW)
                 if norm:
                     use = mm and B[q + j] > zero
@@ -1006,7 +1031,7 @@ def _k_blur_bwd(ga, xa, ma, oa, carrier, P, F, L, thr, it0, it1):
                 else:
                     v = B[a0 + j] + (zero if mm else gv)
                 _st(o, orow + j * osW, v)
-    return buf.size
+    return buf.size + Fa32.size + Pa.size + La.size
 
 
 # =============================================================================

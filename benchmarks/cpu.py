@@ -1,0 +1,366 @@
+"""CPU benchmarks of torchfilters' fused numba engine (issue 3, sections a, b, a2, c, d).
+
+Every row is a median from ``torch.utils.benchmark`` in this one process, and
+every ratio is between rows measured here, so the table describes this
+machine at this moment.  Nothing is asserted.
+
+    PYTHONPATH=src python benchmarks/cpu.py            # full run (a few minutes)
+    PYTHONPATH=src python benchmarks/cpu.py --quick    # smaller repeat counts
+    PYTHONPATH=src python benchmarks/cpu.py --markdown benchmarks/RESULTS-cpu.md
+
+Kornia and OpenCV rows appear only when those packages import.  Section (e),
+the DCGAN training step, is ``examples/dcgan_selective_blur.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils import benchmark as tbench
+
+import torchfilters as tf
+
+try:
+    import scipy.ndimage as ndi
+except ImportError:  # pragma: no cover
+    ndi = None
+try:
+    import kornia
+except ImportError:  # pragma: no cover
+    kornia = None
+try:
+    import cv2
+except ImportError:  # pragma: no cover
+    cv2 = None
+
+QUICK = False
+ROWS: list = []  # (section, label, median seconds, note)
+
+
+def median(fn, min_run_time=1.0, slow=False):
+    """Median seconds per call of ``fn()`` (one warm-up call first)."""
+    fn()
+    if QUICK:
+        min_run_time = min_run_time / 4
+    t = tbench.Timer("fn()", globals={"fn": fn})
+    if slow:  # calls of a second or more: a few single runs
+        times = []
+        for _ in range(2 if QUICK else 3):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+    return t.blocked_autorange(min_run_time=min_run_time).median
+
+
+def row(section, label, seconds, note=""):
+    ROWS.append((section, label, seconds, note))
+    print(f"  {label:<58s} {seconds * 1e3:10.3f} ms  {note}", flush=True)
+    return seconds
+
+
+def ratio_line(text):
+    ROWS.append(("ratio", text, None, ""))
+    print(f"  -> {text}", flush=True)
+
+
+def fresh():
+    gc.collect()
+
+
+# --------------------------------------------------------------------------- (a)
+
+
+def section_a():
+    print("\n(a) gradient magnitude, central differences, (1000, 128, 28, 28) float32, mode='reflect'")
+    x = torch.randn(1000, 128, 28, 28)
+    y = torch.empty_like(x)
+    S = "a"
+    t_out = row(S, "torchfilters.gradient_magnitude(x, out=y)", median(lambda: tf.gradient_magnitude(x, out=y)))
+    t_new = row(S, "torchfilters.gradient_magnitude(x)", median(lambda: tf.gradient_magnitude(x)))
+    t_floor = row(S, "floor: torch.neg(x, out=y)", median(lambda: torch.neg(x, out=y)))
+    others = {}
+
+    if ndi is not None:
+        xn = x.numpy()
+        kx = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, -1.0], [0.0, 0.0, 0.0]], np.float32)[None, None]
+        ky = np.ascontiguousarray(kx.transpose(0, 1, 3, 2))
+
+        def scipy_original():
+            gx = ndi.convolve(xn, kx)
+            gy = ndi.convolve(xn, ky)
+            return np.sqrt(gx * gx + gy * gy)
+
+        others["SciPy: two ndimage.convolve calls + sqrt (the original)"] = median(scipy_original, slow=True)
+
+    def torch_slicing():
+        xp = torch.cat([x[..., :1], x, x[..., -1:]], -1)  # reflect, radius 1
+        gx = xp[..., 2:] - xp[..., :-2]
+        yp = torch.cat([x[..., :1, :], x, x[..., -1:, :]], -2)
+        gy = yp[..., 2:, :] - yp[..., :-2, :]
+        return torch.sqrt(gx * gx + gy * gy)
+
+    others["plain torch slicing"] = median(torch_slicing)
+
+    C = x.shape[1]
+    w = torch.zeros(2 * C, 1, 3, 3)
+    w[0::2, 0, 1, 0], w[0::2, 0, 1, 2] = -1.0, 1.0
+    w[1::2, 0, 0, 1], w[1::2, 0, 2, 1] = -1.0, 1.0
+
+    def grouped_conv():
+        g = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), w, groups=C)
+        return torch.sqrt(g[:, 0::2] ** 2 + g[:, 1::2] ** 2)
+
+    others["grouped F.conv2d (replicate pad) + sqrt"] = median(grouped_conv)
+
+    if kornia is not None:
+
+        def kornia_grad():
+            g = kornia.filters.spatial_gradient(x, mode="diff", order=1)
+            return torch.sqrt(g[:, :, 0] ** 2 + g[:, :, 1] ** 2)
+
+        others["Kornia spatial_gradient(mode='diff') + sqrt"] = median(kornia_grad)
+
+    if cv2 is not None:
+        kx2 = np.array([[0.0, 0.0, 0.0], [-1.0, 0.0, 1.0], [0.0, 0.0, 0.0]], np.float32)
+        ky2 = np.ascontiguousarray(kx2.T)
+        xn = x.numpy()
+
+        def opencv_per_sample():
+            out = np.empty((x.shape[0], 28, 28, C), np.float32)
+            for b in range(x.shape[0]):
+                img = np.ascontiguousarray(xn[b].transpose(1, 2, 0))
+                gx = cv2.filter2D(img, -1, kx2, borderType=cv2.BORDER_REFLECT)
+                gy = cv2.filter2D(img, -1, ky2, borderType=cv2.BORDER_REFLECT)
+                out[b] = cv2.magnitude(gx.reshape(28, -1), gy.reshape(28, -1)).reshape(28, 28, C)
+            return out
+
+        others["OpenCV filter2D x2 + magnitude, per sample (HWC)"] = median(opencv_per_sample, slow=True)
+
+    for label, t in others.items():
+        row(S, label, t)
+    ratio_line(f"out=: {t_out / t_floor:.2f}x the floor (target <= 1.5x); fresh output: {t_new / t_floor:.2f}x (target <= 2.5x)")
+    for label, t in others.items():
+        ratio_line(f"{t / t_new:.1f}x faster than {label}" + (" (target >= 40x)" if label.startswith("SciPy") else ""))
+    del x, y
+    fresh()
+
+
+# --------------------------------------------------------------------------- (b)
+
+
+def section_b():
+    print("\n(b) selective_blur forward + backward, (64, 64, 64, 64) float32 (3x3 binomial where x >= 0)")
+    S = "b"
+    x0 = torch.randn(64, 64, 64, 64)
+    g = torch.randn_like(x0)
+    k = (torch.tensor([1.0, 2.0, 1.0])[:, None] * torch.tensor([1.0, 2.0, 1.0])[None, :] / 16).expand(64, 1, 3, 3)
+
+    def ours():
+        x = x0.clone().requires_grad_()
+        tf.selective_blur(x, 0.0).backward(g)
+        return x.grad
+
+    def ours_fwd():
+        return tf.selective_blur(x0, 0.0)
+
+    def conv_where():
+        x = x0.clone().requires_grad_()
+        b = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), k, groups=64)
+        torch.where(x >= 0, b, x).backward(g)
+        return x.grad
+
+    def elementwise():
+        x = x0.clone().requires_grad_()
+        (x * 2).backward(g)
+        return x.grad
+
+    t_ours = row(S, "torchfilters.selective_blur fwd+bwd", median(ours))
+    row(S, "torchfilters.selective_blur forward only", median(ours_fwd))
+    t_conv = row(S, "conv2d (replicate pad) + torch.where, fwd+bwd", median(conv_where))
+    t_elem = row(S, "elementwise: (x.clone().requires_grad_() * 2).backward(g)", median(elementwise))
+    ratio_line(f"{t_ours / t_elem:.2f}x the elementwise autograd step (target <= 2x)")
+    ratio_line(f"{t_conv / t_ours:.1f}x faster than conv2d + where (target >= 3x)")
+    fresh()
+
+
+# -------------------------------------------------------------------------- (a2)
+
+
+def section_a2():
+    print("\n(a2) Sobel gradient magnitude, one (1, 1, 4096, 4096) float32 image")
+    S = "a2"
+    x = torch.randn(1, 1, 4096, 4096)
+    y = torch.empty_like(x)
+    t_out = row(S, "torchfilters.gradient_magnitude(x, 'sobel', out=y)",
+                median(lambda: tf.gradient_magnitude(x, operator="sobel", out=y)))
+    t_new = row(S, "torchfilters.gradient_magnitude(x, 'sobel')",
+                median(lambda: tf.gradient_magnitude(x, operator="sobel")))
+    t_floor = row(S, "floor: torch.neg(x, out=y)", median(lambda: torch.neg(x, out=y)))
+    ratio_line(f"out=: {t_out / t_floor:.2f}x the floor (target <= 1.5x); fresh: {t_new / t_floor:.2f}x")
+    if cv2 is not None:
+        img = x[0, 0].numpy()
+
+        def opencv():
+            gx = cv2.Sobel(img, cv2.CV_32F, 1, 0, ksize=3, borderType=cv2.BORDER_REFLECT)
+            gy = cv2.Sobel(img, cv2.CV_32F, 0, 1, ksize=3, borderType=cv2.BORDER_REFLECT)
+            return cv2.magnitude(gx, gy)
+
+        t_cv = row(S, "OpenCV Sobel x2 + magnitude", median(opencv))
+        ratio_line(f"{t_cv / t_new:.1f}x faster than OpenCV (target >= 5x)")
+    del x, y
+    fresh()
+
+
+# --------------------------------------------------------------------------- (c)
+
+
+def section_c():
+    for shape, label in (((200, 128, 28, 28), "(200, 128, 28, 28)"), ((1, 1, 4096, 4096), "one 4096x4096 image")):
+        print(f"\n(c) gaussian_filter sigma=2 (truncate 4: 17 taps), {label}, float32, mode='reflect'")
+        S = "c " + label
+        x = torch.randn(*shape)
+        y = torch.empty_like(x)
+        t_new = row(S, "torchfilters.gaussian_filter(x, 2.0)", median(lambda: tf.gaussian_filter(x, 2.0)))
+        t_out = row(S, "torchfilters.gaussian_filter(x, 2.0, out=y)", median(lambda: tf.gaussian_filter(x, 2.0, out=y)))
+        row(S, "floor: torch.neg(x, out=y)", median(lambda: torch.neg(x, out=y)))
+        others = {}
+        if ndi is not None:
+            xn = x.numpy()
+            others["SciPy ndimage.gaussian_filter(axes=(-2, -1))"] = median(
+                lambda: ndi.gaussian_filter(xn, 2.0, axes=(-2, -1)), slow=True)
+        if kornia is not None:
+            others["Kornia gaussian_blur2d (17x17, reflect)"] = median(
+                lambda: kornia.filters.gaussian_blur2d(x, (17, 17), (2.0, 2.0), border_type="reflect"), slow=True)
+        if cv2 is not None:
+            xn = x.numpy()
+            if shape[0] == 1:
+                others["OpenCV GaussianBlur (17x17)"] = median(
+                    lambda: cv2.GaussianBlur(xn[0, 0], (17, 17), 2.0, borderType=cv2.BORDER_REFLECT))
+            else:
+                def opencv_per_sample():
+                    out = np.empty((shape[0], 28, 28, shape[1]), np.float32)
+                    for b in range(shape[0]):
+                        img = np.ascontiguousarray(xn[b].transpose(1, 2, 0))
+                        out[b] = cv2.GaussianBlur(img, (17, 17), 2.0, borderType=cv2.BORDER_REFLECT).reshape(28, 28, -1)
+                    return out
+
+                others["OpenCV GaussianBlur (17x17) per sample (HWC)"] = median(opencv_per_sample, slow=True)
+        for lab, t in others.items():
+            row(S, lab, t)
+        for lab, t in others.items():
+            tgt = " (target: faster)" if lab.startswith("OpenCV") else " (target >= 5x)"
+            ratio_line(f"{t / t_new:.1f}x faster than {lab}{tgt}; with out=: {t / t_out:.1f}x")
+        del x, y
+        fresh()
+
+
+# --------------------------------------------------------------------------- (d)
+
+
+def section_d():
+    print("\n(d) scaling: gradient_magnitude (central), float32 planes of 28x28 (numel = planes * 784)")
+    S = "d"
+    per = {}
+    sizes = [1e4, 1e5, 1e6, 1e7, 1e8, 4e8]
+    for n in sizes:
+        planes = max(1, int(round(n / 784)))
+        x = torch.randn(planes, 28, 28)
+        y = torch.empty_like(x)
+        t_out = median(lambda: tf.gradient_magnitude(x, out=y), min_run_time=0.5)
+        t_new = median(lambda: tf.gradient_magnitude(x), min_run_time=0.5)
+        t_floor = median(lambda: torch.neg(x, out=y), min_run_time=0.5)
+        per[n] = (t_out / x.numel(), t_new / x.numel(), t_floor / x.numel())
+        row(S, f"numel {x.numel():>11,d}: out= / fresh / floor ns per element",
+            t_out, f"{per[n][0] * 1e9:.3f} / {per[n][1] * 1e9:.3f} / {per[n][2] * 1e9:.3f} ns/elem")
+        del x, y
+        fresh()
+    big = [n for n in sizes if n >= 1e6]
+    for j, name in ((0, "out="), (1, "fresh")):
+        vals = [per[n][j] for n in big]
+        ratio_line(f"{name}: time per element varies {max(vals) / min(vals):.2f}x over numel 1e6..4e8 (target <= 1.5x)")
+
+    print("\n(d) call latency, (1, 1, 28, 28) float32")
+    x = torch.randn(1, 1, 28, 28)
+    t_add = row(S, "torch.add(x, x)", median(lambda: torch.add(x, x)))
+    t_gm = row(S, "torchfilters.gradient_magnitude(x)", median(lambda: tf.gradient_magnitude(x)))
+    t_sb = row(S, "torchfilters.selective_blur(x)", median(lambda: tf.selective_blur(x)))
+    xr = x.clone().requires_grad_()
+    t_ag = row(S, "torchfilters.gradient_magnitude(x) (requires_grad: custom op)", median(lambda: tf.gradient_magnitude(xr)))
+    ratio_line(f"gradient_magnitude latency {t_gm / t_add:.1f}x torch.add (target <= 15x); selective_blur "
+               f"{t_sb / t_add:.1f}x; with autograd recording {t_ag / t_add:.1f}x")
+
+
+# --------------------------------------------------------------------------- main
+
+
+def machine():
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    import numba
+
+    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+            f"numba {numba.__version__}, numpy {np.__version__}, Python {platform.python_version()}; "
+            f"load average at start {load:.2f}")
+
+
+def to_markdown(info):
+    lines = ["# torchfilters CPU benchmarks", "", f"Machine: {info}", "",
+             "Medians from `torch.utils.benchmark` in one process (`benchmarks/cpu.py`); ratios are between rows "
+             "of the same run.", ""]
+    section = None
+    for sec, label, t, note in ROWS:
+        if sec == "ratio":
+            lines.append(f"- {label}")
+            continue
+        if sec != section:
+            section = sec
+            lines += ["", f"### ({sec})", "", "| case | median | |", "|---|---:|---|"]
+        lines.append(f"| {label} | {t * 1e3:.3f} ms | {note} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    global QUICK
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="smaller repeat counts")
+    p.add_argument("--only", default="a,b,a2,c,d", help="comma-separated sections (default: all)")
+    p.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
+    args = p.parse_args(argv)
+    QUICK = args.quick
+    info = machine()
+    print(info)
+    # compile (or load from the numba cache) before timing anything
+    t0 = time.perf_counter()
+    tf.gradient_magnitude(torch.randn(2, 3, 28, 28))
+    print(f"first torchfilters call: {time.perf_counter() - t0:.2f} s")
+    sections = {"a": section_a, "b": section_b, "a2": section_a2, "c": section_c, "d": section_d}
+    for name in args.only.split(","):
+        sections[name.strip()]()
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(to_markdown(info))
+        print(f"\nwrote {args.markdown}")
+
+
+if __name__ == "__main__":
+    main()
