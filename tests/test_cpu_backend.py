@@ -66,12 +66,17 @@ def test_matches_reference_forward_and_backward(name, mode):
         _close(g_c, g_r, 1e-12, f"{name} {shape} backward")
 
 
-@pytest.fixture
-def row_blocks(monkeypatch):
-    """Force row blocks of a few rows and the parallel launch on tiny images."""
+@pytest.fixture(params=("flat", "padded", "padded-strips"))
+def row_blocks(monkeypatch, request):
+    """Force row blocks of a few rows, the parallel launch, and each tile layout on tiny images."""
     monkeypatch.setattr(cpu, "_WHOLE", 0)
     monkeypatch.setattr(cpu, "_TILE", 1)
     monkeypatch.setattr(cpu, "_SERIAL", 0)
+    if request.param != "flat":
+        monkeypatch.setattr(cpu, "_FLAT_MAX_W", 0)
+    if request.param == "padded-strips":
+        monkeypatch.setattr(cpu, "_STRIP", 2)
+    return request.param
 
 
 @pytest.mark.parametrize("mode", MODES5)
@@ -85,6 +90,19 @@ def test_row_blocks_and_parallel_launch(row_blocks, mode):
             y_c, g_c = _fwd_bwd(name, x, "cpu", mode)
             _close(y_c, y_r, 1e-12, f"{name} {shape} forward")
             _close(g_c, g_r, 1e-12, f"{name} {shape} backward")
+
+
+@pytest.mark.parametrize("mode", MODES5)
+def test_many_small_planes_stacked_in_tiles(mode):
+    """Many planes: several are stacked into one tile (flat layout), an odd number left over."""
+    for name in sorted(OPS):
+        x = rand(2, 37, 7, 9, seed=31)
+        if name.startswith("selective_blur"):
+            x = x + 0.05 * torch.sign(x)
+        y_r, g_r = _fwd_bwd(name, x, "reference", mode)
+        y_c, g_c = _fwd_bwd(name, x, "cpu", mode)
+        _close(y_c, y_r, 1e-12, f"{name} forward")
+        _close(g_c, g_r, 1e-12, f"{name} backward")
 
 
 @pytest.mark.parametrize("mode", ("reflect", "wrap", "constant"))

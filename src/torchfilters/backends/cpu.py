@@ -236,7 +236,8 @@ I_EYLO, I_EYHI, I_EXLO, I_EXHI = 5, 6, 7, 8
 I_FH, I_FW, I_ST, I_TAPI = 9, 10, 11, 12
 I_KEEPB, I_BI0, I_BI1, I_BJ0, I_BJ1 = 13, 14, 15, 16, 17
 I_BR, I_NB, I_NPM, I_NBX, I_BX = 18, 19, 20, 21, 22
-I_HDR = 24
+I_PAD, I_CW, I_NC, I_MP = 23, 24, 25, 26
+I_HDR = 32
 # per stencil: nV, v0, nH, h0 (two-phase: vertical then horizontal taps), nD, d0
 # (one-phase taps), corr kind (0 / 1 per column / 2 per row), corr offset in F,
 # number and offset of the forward border columns
@@ -250,7 +251,8 @@ EPI_STACK, EPI_MAG, EPI_DIR, EPI_BLEND, EPI_NORM = 0, 1, 2, 3, 4
 # L (per-call layout): per role [n1, s0, s1, sK, sH, sW]; plane p starts at
 # (p // n1) * s0 + (p % n1) * s1 elements from the tensor's data pointer
 R_X, R_O, R_G, R_M = 0, 6, 12, 18
-L_LEN = 24
+L_N = 24  # number of planes
+L_LEN = 25
 
 # Buffers are flat with row stride W (no column padding), so every loop runs
 # over whole blocks of rows; taps that reach across the left/right edge read a
@@ -271,13 +273,14 @@ def _poff(L, r, p):
 
 @njit(**_JIT)
 def _pass(d, d0, s, s0, n, P, Fc, t0, nt, sy, cy, sx, cx, W, acc):
-    """Taps ``t0 .. t0+nt`` at flat offsets ``o = (sy*dy + cy)*W + sx*dx + cx``, four per loop.
-
-    (Few loop bodies on purpose: compile time grows with every vectorised loop.)"""
-    if not acc:
-        z = Fc[F_ZERO]
-        for q in range(n):
-            d[d0 + q] = z
+    """Taps ``t0 .. t0+nt`` at flat offsets ``o = (sy*dy + cy)*W + sx*dx + cx``, four per loop;
+    the first loop assigns unless ``acc``."""
+    if nt == 0:
+        if not acc:
+            z = Fc[F_ZERO]
+            for q in range(n):
+                d[d0 + q] = z
+        return
     ti = P[I_TAPI]
     t = 0
     while t < nt:
@@ -288,28 +291,45 @@ def _pass(d, d0, s, s0, n, P, Fc, t0, nt, sy, cy, sx, cx, W, acc):
         a0 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
         w0 = Fc[F_TAPS + k]
         if g == 1:
-            for q in range(n):
-                d[d0 + q] += w0 * s[a0 + q]
+            if acc:
+                for q in range(n):
+                    d[d0 + q] += w0 * s[a0 + q]
+            else:
+                for q in range(n):
+                    d[d0 + q] = w0 * s[a0 + q]
         else:
             k += 1
             a1 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
             w1 = Fc[F_TAPS + k]
             if g == 2:
-                for q in range(n):
-                    d[d0 + q] += w0 * s[a0 + q] + w1 * s[a1 + q]
+                if acc:
+                    for q in range(n):
+                        d[d0 + q] += w0 * s[a0 + q] + w1 * s[a1 + q]
+                else:
+                    for q in range(n):
+                        d[d0 + q] = w0 * s[a0 + q] + w1 * s[a1 + q]
             else:
                 k += 1
                 a2 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
                 w2 = Fc[F_TAPS + k]
                 if g == 3:
-                    for q in range(n):
-                        d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
+                    if acc:
+                        for q in range(n):
+                            d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
+                    else:
+                        for q in range(n):
+                            d[d0 + q] = (w0 * s[a0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
                 else:
                     k += 1
                     a3 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
                     w3 = Fc[F_TAPS + k]
-                    for q in range(n):
-                        d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + (w2 * s[a2 + q] + w3 * s[a3 + q])
+                    if acc:
+                        for q in range(n):
+                            d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + (w2 * s[a2 + q] + w3 * s[a3 + q])
+                    else:
+                        for q in range(n):
+                            d[d0 + q] = (w0 * s[a0 + q] + w1 * s[a1 + q]) + (w2 * s[a2 + q] + w3 * s[a3 + q])
+        acc = True
         t += g
 
 
@@ -369,45 +389,83 @@ def _src_seg(S, d0, x, xa, sW, m, ma, msW, hasm, thr, srcmode, n, Fc):
 
 
 @njit(**_JIT)
-def _tile(S, S0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill, p0, nrows, P, Fc):
-    """Rows ``p0 .. p0+nrows`` (row coordinates, folded by the mode) -> ``S[S0 + g + t*W + j]``."""
+def _tile(S, S0, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill, p0, nrows, gfront, gback,
+          P, Fc):
+    """Rows ``p0 .. p0+nrows`` (row coordinates, folded by the mode) into ``S`` (row stride ``Ws``).
+
+    Flat layout (full width, ``Ws == W``): image column j at ``S[S0 + g + t*W + j]``.
+    Padded layout: tile column c holds image column ``c0 + EXlo + c`` (folded) for
+    ``c < cw + ex``: the columns the strip ``c0 .. c0+cw`` reads."""
     H = P[I_H]
     W = P[I_W]
-    g = P[I_EXHI] - P[I_EXLO]
+    EXlo = P[I_EXLO]
+    g = P[I_EXHI] - EXlo
     fh = P[I_FH] - P[I_EYLO]
-    _fill(S, S0, g, fill)
-    _fill(S, S0 + g + nrows * W, g, fill)
+    fw = P[I_FW] - EXlo
+    if gfront:
+        _fill(S, S0, g, fill)
+    if gback:
+        _fill(S, S0 + g + nrows * Ws, g, fill)
     a = max(p0, 0)
     b = min(p0 + nrows, H)
-    flat = sH == W * sW and (srcmode == 0 or not hasm or msH == W * msW)
+    flat = not pad and sH == W * sW and (srcmode == 0 or not hasm or msH == W * msW)
     if flat and b > a:  # the rows inside the image, in one run
         _src_seg(S, S0 + g + (a - p0) * W, x, xb + a * sH, sW, m, mb + a * msH, msW, hasm, thr, srcmode,
                  (b - a) * W, Fc)
+    j0 = c0 + EXlo  # padded layout: image column of tile column 0
+    ja = max(j0, 0)
+    jb = min(j0 + cw + g, W)
     for t in range(nrows):
         p = p0 + t
         if flat and p >= a and p < b:
             continue
-        d0 = S0 + g + t * W
+        d0 = S0 + g + t * Ws
         i = P[fh + p]
         if i < 0:
-            _fill(S, d0, W, fill)
-        else:
-            _src_seg(S, d0, x, xb + i * sH, sW, m, mb + i * msH, msW, hasm, thr, srcmode, W, Fc)
+            _fill(S, d0, cw + g if pad else W, fill)
+            continue
+        xrow = xb + i * sH
+        mrow = mb + i * msH
+        if not pad:
+            _src_seg(S, d0, x, xrow, sW, m, mrow, msW, hasm, thr, srcmode, W, Fc)
+            continue
+        if jb > ja:
+            _src_seg(S, d0 + ja - j0, x, xrow + ja * sW, sW, m, mrow + ja * msW, msW, hasm, thr, srcmode,
+                     jb - ja, Fc)
+        for side in range(2):  # the columns outside the image, folded
+            ca, cb = (np.int64(0), ja - j0) if side == 0 else (jb - j0, cw + g)
+            for c in range(ca, cb):
+                jf = P[fw + j0 + c]
+                if jf < 0:
+                    S[d0 + c] = fill
+                else:
+                    _src_seg(S, d0 + c, x, xrow + jf * sW, sW, m, mrow + jf * msW, msW, hasm, thr, srcmode, 1, Fc)
 
 
 @njit(**_JIT)
-def _engine(R, R0, RL, S, S0, V, V0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, ra, rb, P, Fc):
-    """Every stencil of the plan on rows ``ra .. rb``: stencil k -> ``R[R0 + k*RL + r*W + j]``."""
+def _engine(R, R0, RL, S, S0, V, V0, x, L, p0, mp, sH, sW, m, hasm, msH, msW, thr, srcmode, ra, rb, c0, cw, Ws, P,
+            Fc):
+    """Every stencil of the plan on rows ``ra .. rb`` and columns ``c0 .. c0+cw`` of the ``mp``
+    planes from ``p0`` (stacked: plane i's rows start at row ``i*(rb - ra + ey)``):
+    stencil k -> ``R[R0 + k*RL + r*Ws + (j - c0)]``."""
     W = P[I_W]
     EYlo = P[I_EYLO]
     EXlo = P[I_EXLO]
     ey = P[I_EYHI] - EYlo
     g = P[I_EXHI] - EXlo
+    pad = P[I_PAD] != 0
+    cx = g - EXlo if pad else g
     nr = rb - ra
-    n = nr * W
+    bh = nr + ey  # rows per plane in the stacked tile
+    ntot = (mp - 1) * bh + nr  # output rows, counting the halo rows between planes
+    n = ntot * Ws
     fill = Fc[F_CVAL] if srcmode == 0 else Fc[F_ZERO]
     ONE, ZERO, NO = np.int64(1), np.int64(0), np.bool_(False)  # not literals: one specialisation of _pass
-    _tile(S, S0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill, ra + EYlo, nr + ey, P, Fc)
+    for i in range(mp):
+        xb = _poff(L, np.int64(R_X), p0 + i)
+        mb = _poff(L, np.int64(R_M), p0 + i) if hasm else ZERO
+        _tile(S, S0 + i * bh * Ws, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill,
+              ra + EYlo, bh, i == 0, i == mp - 1, P, Fc)
     fw = P[I_FW] - EXlo
     ti = P[I_TAPI]
     for k in range(P[I_K]):
@@ -417,19 +475,19 @@ def _engine(R, R0, RL, S, S0, V, V0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, 
         rk = R0 + k * RL
         two = nV > 0 and nH > 0
         if two:
-            _pass(V, V0, S, S0, n + 2 * g, P, Fc, P[d + 1], nV, ONE, -EYlo, ZERO, ZERO, W, NO)
-            _pass(R, rk, V, V0, n, P, Fc, P[d + 3], nH, ZERO, ZERO, ONE, g, W, NO)
+            _pass(V, V0, S, S0, n + 2 * g, P, Fc, P[d + 1], nV, ONE, -EYlo, ZERO, ZERO, Ws, NO)
+            _pass(R, rk, V, V0, n, P, Fc, P[d + 3], nH, ZERO, ZERO, ONE, cx, Ws, NO)
             t0 = P[d + 3]
             nt = nH
             fx = Fc[F_ZERO]  # a padded column of the vertical pass: fill * sum(vertical taps)
             for t in range(nV):
                 fx += Fc[F_TAPS + P[d + 1] + t] * fill
         else:
-            _pass(R, rk, S, S0, n, P, Fc, P[d + 5], P[d + 4], ONE, -EYlo, ONE, g, W, NO)
+            _pass(R, rk, S, S0, n, P, Fc, P[d + 5], P[d + 4], ONE, -EYlo, ONE, cx, Ws, NO)
             t0 = P[d + 5]
             nt = P[d + 4]
             fx = fill
-        # border columns: recompute with the column fold table
+        # flat layout: border columns, recomputed with the column fold table
         for f in range(P[d + 8]):
             j = P[P[d + 9] + f]
             for t in range(nt):
@@ -445,31 +503,32 @@ def _engine(R, R0, RL, S, S0, V, V0, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, 
                     base = S0 + g + (P[ti + 2 * kk] - EYlo) * W + jj
                 if jj >= 0:
                     if t == 0:
-                        for r in range(nr):
+                        for r in range(ntot):
                             R[rk + r * W + j] = w * src[base + r * W]
                     else:
-                        for r in range(nr):
+                        for r in range(ntot):
                             R[rk + r * W + j] += w * src[base + r * W]
                 else:
                     wf = w * fx
                     if t == 0:
-                        for r in range(nr):
+                        for r in range(ntot):
                             R[rk + r * W + j] = wf
                     else:
-                        for r in range(nr):
+                        for r in range(ntot):
                             R[rk + r * W + j] += wf
         ck = P[d + 6]
         if ck != 0 and srcmode == 0:
-            c0 = P[d + 7]
-            for r in range(nr):
-                q = rk + r * W
-                if ck == 1:
-                    for j in range(W):
-                        R[q + j] += Fc[c0 + j]
-                else:
-                    cr = Fc[c0 + ra + r]
-                    for j in range(W):
-                        R[q + j] += cr
+            c0f = P[d + 7]
+            for i in range(mp):
+                for r in range(nr):
+                    q = rk + (i * bh + r) * Ws
+                    if ck == 1:
+                        for j in range(cw):
+                            R[q + j] += Fc[c0f + c0 + j]
+                    else:
+                        cr = Fc[c0f + ra + r]
+                        for j in range(cw):
+                            R[q + j] += cr
 
 
 @njit(**_JIT)
@@ -512,16 +571,36 @@ def _fwd_layout(P, K, BR):
     W = P[I_W]
     ey = P[I_EYHI] - P[I_EYLO]
     g = P[I_EXHI] - P[I_EXLO]
+    Ws = P[I_CW] + g if P[I_PAD] != 0 else W
+    rows = P[I_MP] * (BR + ey)
     S0 = np.int64(0)
-    V0 = S0 + (BR + ey) * W + 2 * g
-    R0 = V0 + BR * W + 2 * g
-    RL = BR * W
-    return S0, V0, R0, RL, R0 + K * RL
+    V0 = S0 + rows * Ws + 2 * g
+    R0 = V0 + rows * Ws + 2 * g
+    RL = rows * Ws
+    return Ws, S0, V0, R0, RL, R0 + K * RL
+
+
+@njit(**_JIT)
+def _item(P, L, it):
+    """Forward work item -> (first plane, planes, first row, last row, first column, columns)."""
+    H = P[I_H]
+    W = P[I_W]
+    BR = P[I_BR]
+    NB = P[I_NB]
+    NC = P[I_NC]
+    CW = P[I_CW]
+    MP = P[I_MP]
+    per = NB * NC
+    p = (it // per) * MP
+    rem = it % per
+    ra = (rem // NC) * BR
+    c0 = (rem % NC) * CW
+    return p, min(MP, L[L_N] - p), ra, min(H, ra + BR), c0, min(W - c0, CW)
 
 
 @njit(**_JIT)
 def _k_filter_fwd(xa, oa, carrier, Pa, Fa, La, it0, it1):
-    I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
+    I0, NO = np.int64(0), np.bool_(False)
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
     # raw pointers: array arguments would cost atomic refcount updates in every helper call,
@@ -530,31 +609,28 @@ def _k_filter_fwd(xa, oa, carrier, Pa, Fa, La, it0, it1):
     Fc = _ptr(Fa32.ctypes.data, Fa32[0])
     P = _ptr(Pa.ctypes.data, Pa[0])
     L = _ptr(La.ctypes.data, La[0])
-    H = P[I_H]
     W = P[I_W]
     K = P[I_K]
     epi = P[I_EPI]
-    BR = P[I_BR]
-    NB = P[I_NB]
-    S0, V0, R0, RL, total = _fwd_layout(P, K, BR)
+    Ws, S0, V0, R0, RL, total = _fwd_layout(P, K, P[I_BR])
     buf = np.empty(total, Fa32.dtype)
     B = _ptr(buf.ctypes.data, Fc[0])
     xsH, xsW = L[R_X + 4], L[R_X + 5]
     osK, osH, osW = L[R_O + 3], L[R_O + 4], L[R_O + 5]
-    flat = osH == W * osW
+    ey = P[I_EYHI] - P[I_EYLO]
     for it in range(it0, it1):
-        p = it // NB
-        ra = (it % NB) * BR
-        rb = min(H, ra + BR)
-        xb = _poff(L, np.int64(R_X), p)
-        ob = _poff(L, np.int64(R_O), p)
-        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, x, I0, I0, I0, NO, Fc[F_ZERO], I0, ra, rb, P, Fc)
+        p0, mp, ra, rb, c0, cw = _item(P, L, it)
+        _engine(B, R0, RL, B, S0, B, V0, x, L, p0, mp, xsH, xsW, x, NO, I0, I0, Fc[F_ZERO], I0, ra, rb, c0, cw, Ws,
+                P, Fc)
         nr = rb - ra
+        flat = Ws == W and cw == W and osH == W * osW
         nseg = 1 if flat else nr
-        sl = nr * W if flat else W
-        for sg in range(nseg):
-            q = R0 + sg * W
-            orow = ob + (ra + sg) * osH
+        sl = nr * W if flat else cw
+        for sgp in range(mp * nseg):
+            pi = sgp // nseg
+            sg = sgp % nseg
+            q = R0 + (pi * (nr + ey) + sg) * Ws
+            orow = _poff(L, np.int64(R_O), p0 + pi) + c0 * osW + (ra + sg) * osH
             if epi == EPI_STACK:
                 for k in range(K):
                     qk = q + k * RL
@@ -587,75 +663,74 @@ def _k_filter_fwd(xa, oa, carrier, Pa, Fa, La, it0, it1):
 
 @njit(**_JIT)
 def _k_blur_fwd(xa, ma, oa, carrier, Pa, Fa, La, thr, it0, it1):
-    I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
+    I0, I1, I2 = np.int64(0), np.int64(1), np.int64(2)
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
     m = _ptr(ma, np.uint8(0))
     hasm = ma != 0
-    # raw pointers: array arguments would cost atomic refcount updates in every helper call,
-    # contended between threads
     Fa32 = _cvt(carrier, Fa)
     Fc = _ptr(Fa32.ctypes.data, Fa32[0])
     P = _ptr(Pa.ctypes.data, Pa[0])
     L = _ptr(La.ctypes.data, La[0])
     Fc[F_THR] = thr
     thr_c = Fc[F_THR]
-    H = P[I_H]
     W = P[I_W]
     norm = P[I_EPI] == EPI_NORM
     keepb = P[I_KEEPB] != 0
     bj0, bj1 = P[I_BJ0], P[I_BJ1]
     EYlo = P[I_EYLO]
     g = P[I_EXHI] - P[I_EXLO]
-    BR = P[I_BR]
-    NB = P[I_NB]
-    S0, V0, R0, RL, total = _fwd_layout(P, I2, BR)
+    xofs = -P[I_EXLO] if P[I_PAD] != 0 else np.int64(0)  # tile column of the first output column
+    Ws, S0, V0, R0, RL, total = _fwd_layout(P, I2, P[I_BR])
     buf = np.empty(total, Fa32.dtype)
     B = _ptr(buf.ctypes.data, Fc[0])
     xsH, xsW = L[R_X + 4], L[R_X + 5]
     osH, osW = L[R_O + 4], L[R_O + 5]
     msH, msW = L[R_M + 4], L[R_M + 5]
     zero = Fc[F_ZERO]
-    flat = osH == W * osW and xsH == W * xsW and (not hasm or msH == W * msW) and not keepb
+    ey = P[I_EYHI] - EYlo
     for it in range(it0, it1):
-        p = it // NB
-        ra = (it % NB) * BR
-        rb = min(H, ra + BR)
-        xb = _poff(L, np.int64(R_X), p)
-        ob = _poff(L, np.int64(R_O), p)
-        mb = _poff(L, np.int64(R_M), p) if hasm else 0
+        p0, mp, ra, rb, c0, cw = _item(P, L, it)
         if norm:
-            _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, I2, ra, rb, P, Fc)
-            _engine(B, R0 + RL, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, I1, ra, rb, P, Fc)
+            _engine(B, R0, RL, B, S0, B, V0, x, L, p0, mp, xsH, xsW, m, hasm, msH, msW, thr_c, I2, ra, rb, c0, cw, Ws,
+                    P, Fc)
+            _engine(B, R0 + RL, RL, B, S0, B, V0, x, L, p0, mp, xsH, xsW, m, hasm, msH, msW, thr_c, I1, ra, rb, c0, cw,
+                    Ws, P, Fc)
         else:
-            _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, I0, ra, rb, P, Fc)
+            _engine(B, R0, RL, B, S0, B, V0, x, L, p0, mp, xsH, xsW, m, hasm, msH, msW, thr_c, I0, ra, rb, c0, cw, Ws,
+                    P, Fc)
         nr = rb - ra
+        flat = (Ws == W and cw == W and osH == W * osW and xsH == W * xsW and (not hasm or msH == W * msW)
+                and not keepb)
         nseg = 1 if flat else nr
-        sl = nr * W if flat else W
-        for sg in range(nseg):
+        sl = nr * W if flat else cw
+        for sgp in range(mp * nseg):
+            pi = sgp // nseg
+            sg = sgp % nseg
             i = ra + sg
-            q = R0 + sg * W
+            q = R0 + (pi * (nr + ey) + sg) * Ws
             rowin = i >= P[I_BI0] and i < P[I_BI1]
-            mrow = mb + i * msH
-            xrow = xb + i * xsH
-            orow = ob + i * osH
+            mb = _poff(L, np.int64(R_M), p0 + pi) if hasm else I0
+            mrow = mb + i * msH + c0 * msW
+            xrow = _poff(L, np.int64(R_X), p0 + pi) + i * xsH + c0 * xsW
+            orow = _poff(L, np.int64(R_O), p0 + pi) + i * osH + c0 * osW
             if norm:
                 for j in range(sl):
                     xv = _ld(x, xrow + j * xsW)
-                    mm = _written(_mask_at(xv, m, mrow + j * msW, hasm, thr_c), keepb, rowin, j, bj0, bj1)
+                    mm = _written(_mask_at(xv, m, mrow + j * msW, hasm, thr_c), keepb, rowin, c0 + j, bj0, bj1)
                     den = B[q + RL + j]
                     _st(o, orow + j * osW, B[q + j] / den if (mm and den > zero) else xv)
             else:
-                tq = S0 + g + (sg - EYlo) * W  # x, from the tile
+                tq = S0 + g + (pi * (nr + ey) + sg - EYlo) * Ws + xofs  # x, from the tile
                 for j in range(sl):
                     xv = B[tq + j]
-                    mm = _written(_mask_at(xv, m, mrow + j * msW, hasm, thr_c), keepb, rowin, j, bj0, bj1)
+                    mm = _written(_mask_at(xv, m, mrow + j * msW, hasm, thr_c), keepb, rowin, c0 + j, bj0, bj1)
                     _st(o, orow + j * osW, B[q + j] if mm else xv)
     return buf.size + Fa32.size + Pa.size + La.size
 
 
 # =============================================================================
-# backward
+# backward (full-width rows: flat layout with border fix-ups, or padded layout)
 
 
 @njit(**_JIT)
@@ -663,43 +738,48 @@ def _bwd_layout(P, K, BR):
     W = P[I_W]
     ey = P[I_EYHI] - P[I_EYLO]
     g = P[I_EXHI] - P[I_EXLO]
+    Ws = W + g if P[I_PAD] != 0 else W
     npm = P[I_NPM]
-    ZL = (npm + ey) * W + 2 * g
-    RL = (npm + ey) * W
+    ZL = (npm + ey) * Ws + 2 * g
+    RL = (npm + ey) * Ws
     Z0 = np.int64(0)
     S0 = Z0 + K * ZL
-    V0 = S0 + (npm + 2 * ey) * W + 2 * g
-    R0 = V0 + (npm + ey) * W + 2 * g
+    V0 = S0 + (npm + 2 * ey) * Ws + 2 * g
+    R0 = V0 + (npm + ey) * Ws + 2 * g
     U0 = R0 + K * RL
-    G0 = U0 + npm * W + 2 * g
-    E0 = G0 + npm * W
+    G0 = U0 + npm * Ws + 2 * g
+    E0 = G0 + npm * Ws
     A0 = E0 + npm * P[I_NBX]
     total = A0 + BR * W
-    return ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total
+    return Ws, ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total
 
 
 @njit(**_JIT)
-def _zclear(Z, Z0, ZL, K, nz, lo, hi, P, zero):
-    """Zero the guards and the rows outside the image of the K gradient tiles."""
+def _zclear(Z, Z0, ZL, K, nz, lo, hi, Ws, P, zero):
+    """Zero the guards, the rows outside the image and the gap columns of the K gradient tiles."""
     W = P[I_W]
     g = P[I_EXHI] - P[I_EXLO]
     for k in range(K):
         zk = Z0 + k * ZL
         _fill(Z, zk, g, zero)
-        _fill(Z, zk + g + nz * W, g, zero)
+        _fill(Z, zk + g + nz * Ws, g, zero)
         for r in range(nz):
             if r < lo or r >= hi:
-                _fill(Z, zk + g + r * W, W, zero)
+                _fill(Z, zk + g + r * Ws, Ws, zero)
+            elif Ws > W:
+                _fill(Z, zk + g + r * Ws + W, Ws - W, zero)
 
 
 @njit(**_JIT)
-def _adjoint(B, G0, Z0, ZL, U0, E0, npr, P, Fc):
-    """``G = sum_k S_k^T Z_k`` on padded rows ``pa .. pa+npr`` (image columns), with
-    the column fold already summed in at the border columns."""
+def _adjoint(B, G0, Z0, ZL, U0, E0, npr, Ws, P, Fc):
+    """``G = sum_k S_k^T Z_k`` on padded rows ``pa .. pa+npr``: image columns (flat layout,
+    the column fold summed in at the border columns) or all padded columns (padded layout)."""
     W = P[I_W]
     EYhi = P[I_EYHI]
-    g = P[I_EXHI] - P[I_EXLO]
-    n = npr * W
+    EXlo = P[I_EXLO]
+    g = P[I_EXHI] - EXlo
+    cx = g + EXlo if P[I_PAD] != 0 else g
+    n = npr * Ws
     ti = P[I_TAPI]
     nfix = P[I_NBX]
     zero = Fc[F_ZERO]
@@ -711,15 +791,15 @@ def _adjoint(B, G0, Z0, ZL, U0, E0, npr, P, Fc):
         zk = Z0 + k * ZL
         two = nV > 0 and nH > 0
         if two:
-            _pass(B, U0, B, zk, n + 2 * g, P, Fc, P[d + 1], nV, -ONE, EYhi, ZERO, ZERO, W, NO)
-            _pass(B, G0, B, U0, n, P, Fc, P[d + 3], nH, ZERO, ZERO, -ONE, g, W, k > 0)
+            _pass(B, U0, B, zk, n + 2 * g, P, Fc, P[d + 1], nV, -ONE, EYhi, ZERO, ZERO, Ws, NO)
+            _pass(B, G0, B, U0, n, P, Fc, P[d + 3], nH, ZERO, ZERO, -ONE, cx, Ws, k > 0)
             t0 = P[d + 3]
             nt = nH
         else:
-            _pass(B, G0, B, zk, n, P, Fc, P[d + 5], P[d + 4], -ONE, EYhi, -ONE, g, W, k > 0)
+            _pass(B, G0, B, zk, n, P, Fc, P[d + 5], P[d + 4], -ONE, EYhi, -ONE, cx, Ws, k > 0)
             t0 = P[d + 5]
             nt = P[d + 4]
-        # border columns: the exact sum over every padded column folding onto them
+        # flat layout: border columns, the exact sum over every padded column folding onto them
         e = P[I_BX]
         for f in range(nfix):
             nq = P[e + 1]
@@ -751,28 +831,47 @@ def _adjoint(B, G0, Z0, ZL, U0, E0, npr, P, Fc):
 
 
 @njit(**_JIT)
-def _unpad(B, A0, u0, u1, G0, pa, npr, P):
-    """Sum padded rows ``pa .. pa+npr`` of G onto the rows ``u0 .. u1`` they fold to."""
+def _unpad(B, A0, u0, u1, G0, pa, npr, Ws, P):
+    """Sum padded rows ``pa .. pa+npr`` of G onto the rows ``u0 .. u1`` they fold to (and, in the
+    padded layout, the padded columns onto the columns they fold to)."""
     W = P[I_W]
+    EXlo = P[I_EXLO]
     fh = P[I_FH] - P[I_EYLO]
-    a = max(pa, u0)
-    b = min(pa + npr, u1)
-    if b > a:
-        d0 = A0 + (a - u0) * W
-        s0 = G0 + (a - pa) * W
-        for q in range((b - a) * W):
-            B[d0 + q] += B[s0 + q]
+    fw = P[I_FW]
+    if P[I_PAD] == 0:
+        a = max(pa, u0)
+        b = min(pa + npr, u1)
+        if b > a:
+            d0 = A0 + (a - u0) * W
+            s0 = G0 + (a - pa) * W
+            for q in range((b - a) * W):
+                B[d0 + q] += B[s0 + q]
+        for r in range(npr):
+            p = pa + r
+            if p >= a and p < b:
+                continue
+            t = P[fh + p]
+            if t < u0 or t >= u1:
+                continue
+            d0 = A0 + (t - u0) * W
+            s0 = G0 + r * W
+            for j in range(W):
+                B[d0 + j] += B[s0 + j]
+        return
     for r in range(npr):
-        p = pa + r
-        if p >= a and p < b:
-            continue
-        t = P[fh + p]
+        t = P[fh + pa + r]
         if t < u0 or t >= u1:
             continue
         d0 = A0 + (t - u0) * W
-        s0 = G0 + r * W
+        s0 = G0 + r * Ws
         for j in range(W):
-            B[d0 + j] += B[s0 + j]
+            B[d0 + j] += B[s0 - EXlo + j]
+        for c in range(Ws):
+            if c >= -EXlo and c < W - EXlo:
+                continue
+            jt = P[fw + c]
+            if jt >= 0:
+                B[d0 + jt] += B[s0 + c]
 
 
 @njit(**_JIT)
@@ -789,14 +888,14 @@ def _segment(P, NB, H, u0, u1, sgi):
         pa += H
     t = P[P[I_FH] - EYlo + pa]
     if t < u0 or t >= u1:  # ... that folds into this block
-        return 0, 0
+        return np.int64(0), np.int64(0)
     return pa, pa + 1
 
 
 @njit(**_JIT)
-def _filter_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, gp, gb, gsK, gsH, gsW, pa, pb, P, Fc):
-    I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
+def _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH, gsW, pa, pb, P, Fc):
     """Incoming gradient of each stencil (zero outside the image) on rows ``pa-EYhi .. pb-EYlo``."""
+    I0, I1, NO = np.int64(0), np.int64(1), np.bool_(False)
     H = P[I_H]
     W = P[I_W]
     K = P[I_K]
@@ -807,23 +906,23 @@ def _filter_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, gp, gb, gsK, gsH, gsW,
     ia = max(za, 0)
     ib = min(zb, H)
     zero = Fc[F_ZERO]
-    _zclear(B, Z0, ZL, K, zb - za, ia - za, ib - za, P, zero)
+    _zclear(B, Z0, ZL, K, zb - za, ia - za, ib - za, Ws, P, zero)
     if ib <= ia:
         return
     if epi != EPI_STACK:
-        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, x, I0, I0, I0, NO, zero, I0, ia, ib, P, Fc)
-    flat = gsH == W * gsW
+        _engine(B, R0, RL, B, S0, B, V0, x, L, p, I1, xsH, xsW, x, NO, I0, I0, zero, I0, ia, ib, I0, W, Ws, P, Fc)
+    flat = Ws == W and gsH == W * gsW
     nr = ib - ia
     nseg = 1 if flat else nr
     sl = nr * W if flat else W
     for sg in range(nseg):
-        zr = Z0 + g + (ia - za + sg) * W
+        zr = Z0 + g + (ia - za + sg) * Ws
         grow = gb + (ia + sg) * gsH
         if epi == EPI_STACK:
             for k in range(K):
                 _load_row(B, zr + k * ZL, gp, grow + k * gsK, gsW, sl)
             continue
-        q = R0 + sg * W
+        q = R0 + sg * Ws
         if epi == EPI_MAG:
             if K == 2:
                 for j in range(sl):
@@ -875,8 +974,6 @@ def _k_filter_bwd(ga, xa, oa, carrier, Pa, Fa, La, it0, it1):
     gp = _ptr(ga, carrier)
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
-    # raw pointers: array arguments would cost atomic refcount updates in every helper call,
-    # contended between threads
     Fa32 = _cvt(carrier, Fa)
     Fc = _ptr(Fa32.ctypes.data, Fa32[0])
     P = _ptr(Pa.ctypes.data, Pa[0])
@@ -886,7 +983,7 @@ def _k_filter_bwd(ga, xa, oa, carrier, Pa, Fa, La, it0, it1):
     K = P[I_K]
     BR = P[I_BR]
     NB = P[I_NB]
-    ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, K, BR)
+    Ws, ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, K, BR)
     buf = np.empty(total, Fa32.dtype)
     B = _ptr(buf.ctypes.data, Fc[0])
     xsH, xsW = L[R_X + 4], L[R_X + 5]
@@ -905,17 +1002,17 @@ def _k_filter_bwd(ga, xa, oa, carrier, Pa, Fa, La, it0, it1):
             pa, pb = _segment(P, NB, H, u0, u1, sgi)
             if pb <= pa:
                 continue
-            _filter_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, gp, gb, gsK, gsH, gsW, pa, pb, P, Fc)
-            _adjoint(B, G0, Z0, ZL, U0, E0, pb - pa, P, Fc)
-            _unpad(B, A0, u0, u1, G0, pa, pb - pa, P)
+            _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH, gsW, pa, pb, P, Fc)
+            _adjoint(B, G0, Z0, ZL, U0, E0, pb - pa, Ws, P, Fc)
+            _unpad(B, A0, u0, u1, G0, pa, pb - pa, Ws, P)
         _store_rows(o, ob, osH, osW, B, A0, u0, u1, W)
     return buf.size + Fa32.size + Pa.size + La.size
 
 
 @njit(**_JIT)
-def _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr, gp, gb, gsH, gsW, pa, pb,
-            P, Fc):
-    I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
+def _blur_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xb, xsH, xsW, m, mb, msH, msW, hasm, thr, gp, gb, gsH, gsW,
+            pa, pb, P, Fc):
+    I0, I1 = np.int64(0), np.int64(1)
     H = P[I_H]
     W = P[I_W]
     norm = P[I_EPI] == EPI_NORM
@@ -927,23 +1024,23 @@ def _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, t
     ia = max(za, 0)
     ib = min(zb, H)
     zero = Fc[F_ZERO]
-    _zclear(B, Z0, ZL, I1, zb - za, ia - za, ib - za, P, zero)
+    _zclear(B, Z0, ZL, I1, zb - za, ia - za, ib - za, Ws, P, zero)
     if ib <= ia:
         return
     if norm:
-        _engine(B, R0, RL, B, S0, B, V0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr, I1, ia, ib, P, Fc)
-    flat = gsH == W * gsW and xsH == W * xsW and (not hasm or msH == W * msW) and not keepb
+        _engine(B, R0, RL, B, S0, B, V0, x, L, p, I1, xsH, xsW, m, hasm, msH, msW, thr, I1, ia, ib, I0, W, Ws, P, Fc)
+    flat = Ws == W and gsH == W * gsW and xsH == W * xsW and (not hasm or msH == W * msW) and not keepb
     nr = ib - ia
     nseg = 1 if flat else nr
     sl = nr * W if flat else W
     for sg in range(nseg):
         i = ia + sg
-        zr = Z0 + g + (i - za) * W
+        zr = Z0 + g + (i - za) * Ws
         grow = gb + i * gsH
         xrow = xb + i * xsH
         mrow = mb + i * msH
         rowin = i >= P[I_BI0] and i < P[I_BI1]
-        q = R0 + sg * W
+        q = R0 + sg * Ws
         for j in range(sl):
             mm = _written(_mask_at(_ld(x, xrow + j * xsW), m, mrow + j * msW, hasm, thr), keepb, rowin, j, bj0, bj1)
             gv = _ld(gp, grow + j * gsW)
@@ -956,14 +1053,12 @@ def _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, t
 
 @njit(**_JIT)
 def _k_blur_bwd(ga, xa, ma, oa, carrier, Pa, Fa, La, thr, it0, it1):
-    I0, I1, I2, NO = np.int64(0), np.int64(1), np.int64(2), np.bool_(False)
+    I0, I1 = np.int64(0), np.int64(1)
     gp = _ptr(ga, carrier)
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
     m = _ptr(ma, np.uint8(0))
     hasm = ma != 0
-    # raw pointers: array arguments would cost atomic refcount updates in every helper call,
-    # contended between threads
     Fa32 = _cvt(carrier, Fa)
     Fc = _ptr(Fa32.ctypes.data, Fa32[0])
     P = _ptr(Pa.ctypes.data, Pa[0])
@@ -978,7 +1073,7 @@ def _k_blur_bwd(ga, xa, ma, oa, carrier, Pa, Fa, La, thr, it0, it1):
     EYhi = P[I_EYHI]
     BR = P[I_BR]
     NB = P[I_NB]
-    ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, I1, BR)
+    Ws, ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, I1, BR)
     buf = np.empty(total, Fa32.dtype)
     B = _ptr(buf.ctypes.data, Fc[0])
     xsH, xsW = L[R_X + 4], L[R_X + 5]
@@ -988,7 +1083,7 @@ def _k_blur_bwd(ga, xa, ma, oa, carrier, Pa, Fa, La, thr, it0, it1):
     zero = Fc[F_ZERO]
     one = Fc[F_ONE]
     nseg = 1 if NB == 1 else 1 + EYhi - P[I_EYLO]
-    flat = (osH == W * osW and gsH == W * gsW and xsH == W * xsW and (not hasm or msH == W * msW)
+    flat = (Ws == W and osH == W * osW and gsH == W * gsW and xsH == W * xsW and (not hasm or msH == W * msW)
             and not keepb)
     for it in range(it0, it1):
         p = it // NB
@@ -997,18 +1092,18 @@ def _k_blur_bwd(ga, xa, ma, oa, carrier, Pa, Fa, La, thr, it0, it1):
         xb = _poff(L, np.int64(R_X), p)
         gb = _poff(L, np.int64(R_G), p)
         ob = _poff(L, np.int64(R_O), p)
-        mb = _poff(L, np.int64(R_M), p) if hasm else 0
+        mb = _poff(L, np.int64(R_M), p) if hasm else I0
         _fill(B, A0, (u1 - u0) * W, zero)
-        ia_main = 0
+        ia_main = I0
         for sgi in range(nseg - 1, -1, -1):  # the main range last: its den stays in R
             pa, pb = _segment(P, NB, H, u0, u1, sgi)
             if pb <= pa:
                 continue
             ia_main = max(pa - EYhi, 0)
-            _blur_z(B, ZL, RL, Z0, S0, V0, R0, x, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, gp, gb, gsH, gsW,
-                    pa, pb, P, Fc)
-            _adjoint(B, G0, Z0, ZL, U0, E0, pb - pa, P, Fc)
-            _unpad(B, A0, u0, u1, G0, pa, pb - pa, P)
+            _blur_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xb, xsH, xsW, m, mb, msH, msW, hasm, thr_c, gp, gb, gsH,
+                    gsW, pa, pb, P, Fc)
+            _adjoint(B, G0, Z0, ZL, U0, E0, pb - pa, Ws, P, Fc)
+            _unpad(B, A0, u0, u1, G0, pa, pb - pa, Ws, P)
         nr = u1 - u0
         nsg = 1 if flat else nr
         sl = nr * W if flat else W
@@ -1020,7 +1115,7 @@ def _k_blur_bwd(ga, xa, ma, oa, carrier, Pa, Fa, La, thr, it0, it1):
             xrow = xb + u * xsH
             mrow = mb + u * msH
             rowin = u >= P[I_BI0] and u < P[I_BI1]
-            q = R0 + (u - ia_main) * W
+            q = R0 + (u - ia_main) * Ws
             for j in range(sl):
                 ms = _mask_at(_ld(x, xrow + j * xsW), m, mrow + j * msW, hasm, thr_c)
                 mm = _written(ms, keepb, rowin, j, bj0, bj1)
@@ -1047,6 +1142,12 @@ _WHOLE = 1 << 15
 _SERIAL = 1 << 14
 #: fresh outputs of at least this many bytes are allocated by NumPy (huge pages)
 _NP_ALLOC = 1 << 20
+#: widest image the flat layout handles (wider: padded rows and column strips)
+_FLAT_MAX_W = 1024
+#: column strip width of the forward pass on wide images
+_STRIP = 512
+#: small planes are stacked into tiles of about this many elements
+_STACK = 1 << 12
 
 _info_cache: dict = {}
 _plan_cache: dict = {}
@@ -1145,25 +1246,39 @@ def _correction(passes, mode, cval, H, W):
     return (1 if second.axis == -1 else 2), corr
 
 
-def _blocking(info, H, W, N, nthreads):
-    """Rows per work item: whole planes when there are enough of them, else row blocks."""
+def _blocking(info, H, W, N, nthreads, backward=False):
+    """(rows per work item, strip width, padded layout?).
+
+    Flat layout (row stride W, border columns fixed up) when the kernel is narrow
+    against the image; otherwise padded rows (stride W + ex), and for wide images
+    the forward pass works on column strips so that its tiles stay in cache."""
     eylo, eyhi, exlo, exhi = info[4]
-    ey = eyhi - eylo
-    if H * W <= _WHOLE and (N >= 2 * nthreads or N * H * W <= _SERIAL):
-        return H
-    return min(H, max(1, _TILE // W, min(2 * ey, 64)))
+    ey, ex = eyhi - eylo, exhi - exlo
+    pad = W > _FLAT_MAX_W or 4 * ex > W
+    CW = W
+    if pad and not backward and W > _STRIP:
+        nc = -(-W // _STRIP)
+        CW = -(-W // nc)
+    Ws = CW + ex if pad else W
+    if H * Ws <= _WHOLE and (N >= 2 * nthreads or N * H * W <= _SERIAL):
+        # whole planes; small ones stacked several to a tile (longer loops, fewer calls)
+        mp = 1 if backward or pad else max(1, min(_STACK // ((H + ey) * W), N // (8 * nthreads)))
+        return H, CW, pad, mp
+    return min(H, max(1, _TILE // Ws, min(2 * ey, 64))), CW, pad, 1
 
 
-def _plan(info, H, W, BR):
-    key = (id(info), H, W, BR)
+def _plan(info, H, W, blocking):
+    key = (id(info), H, W, blocking)
     hit = _plan_cache.get(key)
     if hit is not None and hit[0] is info:
         return hit[1]
     norm, epi, mode, cval, (eylo, eyhi, exlo, exhi), keep, bext = info
+    BR, CW, pad, MP = blocking
     ey = eyhi - eylo
     Wp = W + exhi - exlo
     K = len(norm)
     NB = -(-H // BR)
+    NC = -(-W // CW)
     fh = _fold(H, eylo, H + ey, mode)
     fw = _fold(W, exlo, Wp, mode)
     taps_i, taps_w, corr_f, st, fix = [], [], [], [], []
@@ -1185,18 +1300,20 @@ def _plan(info, H, W, BR):
         # border columns: a horizontal tap reaches outside the image
         dxs = [t[1] for t in (ht if vt and ht else dt)]
         lo, hi = (min(dxs), max(dxs)) if dxs else (0, 0)
-        cols = [j for j in range(W) if j + lo < 0 or j + hi > W - 1]
+        cols = [] if pad else [j for j in range(W) if j + lo < 0 or j + hi > W - 1]
         d += [len(cols), p_fix0 + len(fix)]
         fix += cols
         bcols.update(j for j in range(W) if j - hi < 0 or j - lo > W - 1)
         st += d
     # backward border columns: those whose adjoint reads outside the image, and
     # every target of a padded column; each with the padded columns folding onto it
+    if pad:
+        bcols = set()
     inv = {}
     for c, j in enumerate(fw):
         if j >= 0:
             inv.setdefault(int(j), []).append(c + exlo)
-            if not 0 <= c + exlo < W:
+            if not 0 <= c + exlo < W and not pad:
                 bcols.add(int(j))
     bx = []
     for v in sorted(bcols):
@@ -1216,9 +1333,10 @@ def _plan(info, H, W, BR):
         hdr[[I_KEEPB, I_BI0, I_BI1, I_BJ0, I_BJ1]] = [0, 0, H, 0, W]
     hdr[[I_BR, I_NB, I_NPM]] = [BR, NB, H + ey if NB == 1 else BR]
     hdr[[I_NBX, I_BX]] = [len(bcols), p_fix0 + len(fix)]
+    hdr[[I_PAD, I_CW, I_NC, I_MP]] = [pad, CW, NC, MP]
     P = np.concatenate([hdr, fh, fw, np.asarray(st + taps_i + fix + bx, np.int64)]).astype(np.int64)
     F = np.concatenate([np.array([cval, 0.0, 1.0, 0.0]), np.asarray(taps_w, np.float64), np.asarray(corr_f, np.float64)])
-    plan = (P, F, NB)
+    plan = (P, F, NB * NC, MP)
     if len(_plan_cache) > 1024:
         _plan_cache.clear()
     _plan_cache[key] = (info, plan)
@@ -1265,7 +1383,7 @@ def _layout(x, o, ok, g=None, gk=False, m=None):
              [1, 0, 0, 0, 0, 0] if m is None else _role(m, False)]
     if any(r is None for r in roles):
         return roles  # a list: the caller copies what is None
-    L = np.asarray(sum(roles, []), np.int64)
+    L = np.asarray(sum(roles, []) + [x.numel() // (x.shape[-2] * x.shape[-1])], np.int64)
     if len(_lay_cache) > 1024:
         _lay_cache.clear()
     _lay_cache[key] = L
@@ -1369,8 +1487,8 @@ def filter_forward(x, spec: FilterSpec, out=None):
     H, W = x.shape[-2], x.shape[-1]
     N = x.numel() // (H * W)
     nt = _threads()
-    P, F, NB = _plan(info, H, W, _blocking(info, H, W, N, nt))
-    nitems = N * NB
+    P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
+    nitems = -(-N // mp) * per
     o = _alloc(spec.out_shape(x.shape), x.dtype) if out is None else out
     ok = o.dim() == x.dim() + 1
     x, o2, _, _, L, tmp = _prepare(x, o, ok)
@@ -1390,8 +1508,8 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
     H, W = x.shape[-2], x.shape[-1]
     N = x.numel() // (H * W)
     nt = _threads()
-    P, F, NB = _plan(info, H, W, _blocking(info, H, W, N, nt))
-    nitems = N * NB
+    P, F, per, _ = _plan(info, H, W, _blocking(info, H, W, N, nt, True))
+    nitems = N * per
     o = _alloc(x.shape, x.dtype) if out is None else out
     gk = grad.dim() == x.dim() + 1
     x, o2, grad, _, L, tmp = _prepare(x, o, False, grad, gk)
@@ -1414,8 +1532,8 @@ def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
     H, W = x.shape[-2], x.shape[-1]
     N = x.numel() // (H * W)
     nt = _threads()
-    P, F, NB = _plan(info, H, W, _blocking(info, H, W, N, nt))
-    nitems = N * NB
+    P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
+    nitems = -(-N // mp) * per
     o = _alloc(x.shape, x.dtype) if out is None else out
     if mask is not None and mask.shape != x.shape:
         mask = mask.expand(x.shape)
@@ -1437,8 +1555,8 @@ def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
     H, W = x.shape[-2], x.shape[-1]
     N = x.numel() // (H * W)
     nt = _threads()
-    P, F, NB = _plan(info, H, W, _blocking(info, H, W, N, nt))
-    nitems = N * NB
+    P, F, per, _ = _plan(info, H, W, _blocking(info, H, W, N, nt, True))
+    nitems = N * per
     o = _alloc(x.shape, x.dtype) if out is None else out
     if mask is not None and mask.shape != x.shape:
         mask = mask.expand(x.shape)
