@@ -54,6 +54,7 @@ interpreter has no libdevice).
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import os
 from typing import NamedTuple, Optional
@@ -125,9 +126,19 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
 # device code
 
 
+# Only Triton *builtins* below (no triton.language @jit helpers such as tl.zeros / tl.sum):
+# those are decorated when triton is imported, so a test that turns TRITON_INTERPRET on after
+# triton was imported would mix interpreted and compiled functions.
+
+
 @triton.jit
 def _inside(j, n):
     return (j >= 0) & (j < n)
+
+
+@triton.jit
+def _add(a, b):
+    return a + b
 
 
 @triton.jit
@@ -293,10 +304,10 @@ def _tap(t, acc0, acc1, rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.const
     v = tl.load(xp + fr[None, :, None] * x_sh + fc[None, None, :] * x_sw, mask=ok, other=0.0).to(ACC)
     if MODE == 4:
         v = tl.where(ok, v, cval)  # cval in the compute dtype, not rounded to x's
-    if CH == 1:  # normalized blur: channels (m * x, m); nothing outside the image is masked
-        mf = _sel(v, fr, fc, ok, env, cfg, False).to(ACC)  # a kept border still counts
-        v0 = mf * v
-        v1 = mf
+    if CH == 1:  # normalized blur: channels (m ? x : 0, m); nothing outside the image is masked
+        m = _sel(v, fr, fc, ok, env, cfg, False)  # a kept border still counts
+        v0 = tl.where(m, v, 0.0)  # an unselected NaN never enters the mean
+        v1 = m.to(ACC)
     else:
         v0 = v
         v1 = v
@@ -339,10 +350,10 @@ def _stencils(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1:
             for t in range(NA + NB, NT):
                 acc0, acc1 = _tap(t, acc0, acc1, rows, cols, valid, env, cfg, False, True)
     if NCY + NCX > 0:  # constant mode, two-pass sep: the outer pass pads with cval
-        cy0 = tl.zeros(rows.shape, ACC)
-        cy1 = tl.zeros(rows.shape, ACC)
-        cx0 = tl.zeros(cols.shape, ACC)
-        cx1 = tl.zeros(cols.shape, ACC)
+        cy0 = tl.full(rows.shape, 0.0, ACC)
+        cy1 = tl.full(rows.shape, 0.0, ACC)
+        cx0 = tl.full(cols.shape, 0.0, ACC)
+        cx1 = tl.full(cols.shape, 0.0, ACC)
         for e in range(NCY):
             outside = ~_inside(rows + tl.load(ip + 2 * NT + e), H)
             cy0 += tl.where(outside, tl.load(fp + 2 * NT + e), 0.0)
@@ -392,7 +403,7 @@ def _u_at(qr, qc, vq, env, genv, cfg: tl.constexpr, NEED0: tl.constexpr, NEED1: 
         if NEED0:
             u0 = tl.load(uptr, mask=vq, other=0.0).to(ACC)
         else:
-            u0 = tl.zeros(vq.shape, ACC)
+            u0 = tl.full(vq.shape, 0.0, ACC)
         if NEED1:
             u1 = tl.load(uptr + u_sk, mask=vq, other=0.0).to(ACC)
         else:
@@ -423,39 +434,43 @@ def _u_at(qr, qc, vq, env, genv, cfg: tl.constexpr, NEED0: tl.constexpr, NEED1: 
 def _adj_tap(t, adj, jr, jc, valid, env, genv, cfg: tl.constexpr, NEED0: tl.constexpr, NEED1: tl.constexpr):
     xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
     NT: tl.constexpr = cfg[2]
-    if cfg[12] and (cfg[13] == 0 or cfg[14] == 1):  # unrolled (see _adjoint): constant offsets
-        DY: tl.constexpr = cfg[16]
-        DX: tl.constexpr = cfg[17]
+    NT2: tl.constexpr = cfg[18]
+    IP2: tl.constexpr = 2 * NT + cfg[6] + cfg[7]  # adjoint table in ip / fp
+    FP2: tl.constexpr = 2 * NT + 2 * cfg[6] + 2 * cfg[7] + 2
+    if cfg[21] and (cfg[13] == 0 or cfg[14] == 1):  # unrolled (see _adjoint): constant offsets
+        DY: tl.constexpr = cfg[22]
+        DX: tl.constexpr = cfg[23]
         dy: tl.constexpr = DY[t]
         dx: tl.constexpr = DX[t]
     else:
-        dy = tl.load(ip + t)
-        dx = tl.load(ip + NT + t)
+        dy = tl.load(ip + IP2 + t)
+        dx = tl.load(ip + IP2 + NT2 + t)
     qr = jr - dy
     qc = jc - dx
     vq = valid & ((qr >= 0) & (qr < H))[None, :, None] & ((qc >= 0) & (qc < W))[None, None, :]
     u0, u1 = _u_at(qr, qc, vq, env, genv, cfg, NEED0, NEED1)
     if NEED0:
-        adj += tl.load(fp + t) * u0
+        adj += tl.load(fp + FP2 + t) * u0
     if NEED1:
-        adj += tl.load(fp + NT + t) * u1
+        adj += tl.load(fp + FP2 + NT2 + t) * u1
     return adj
 
 
 @triton.jit
 def _adjoint(pv, jr, vr, jc, vc, env, genv, cfg: tl.constexpr):
-    """``sum_t w_t u(j - d_t)`` at padded positions ``jr x jc`` (valid where ``pv x vr x vc``)."""
-    NT: tl.constexpr = cfg[2]
-    NA: tl.constexpr = cfg[3]
-    NB: tl.constexpr = cfg[4]
+    """``sum_t w_t u(j - d_t)`` over the adjoint footprint at padded positions ``jr x jc``
+    (valid where ``pv x vr x vc``)."""
+    NT: tl.constexpr = cfg[18]
+    NA: tl.constexpr = cfg[19]
+    NB: tl.constexpr = cfg[20]
     K: tl.constexpr = cfg[5]
     ACC: tl.constexpr = cfg[11]
     EPI: tl.constexpr = cfg[13]
     # unrolled only when u is one load (a recomputing u unrolls its own stencil loop)
-    UNROLL: tl.constexpr = cfg[12] and (EPI == 0 or cfg[14] == 1)
+    UNROLL: tl.constexpr = cfg[21] and (EPI == 0 or cfg[14] == 1)
     TWO: tl.constexpr = K == 2 and (EPI == 0 or EPI == 1 or EPI == 2)  # two upstream gradients
     valid = pv[:, None, None] & vr[None, :, None] & vc[None, None, :]
-    adj = tl.zeros(valid.shape, ACC)
+    adj = tl.full(valid.shape, 0.0, ACC)
     if UNROLL:
         for t in tl.static_range(0, NA):
             adj = _adj_tap(t, adj, jr, jc, valid, env, genv, cfg, True, False)
@@ -503,11 +518,13 @@ def _fwd_kernel(
     MODE: tl.constexpr, SINGLE: tl.constexpr, NT: tl.constexpr, NA: tl.constexpr, NB: tl.constexpr,
     K: tl.constexpr, NCY: tl.constexpr, NCX: tl.constexpr, CH: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, ACC: tl.constexpr, UNROLL: tl.constexpr, EPI: tl.constexpr, F64: tl.constexpr,
-    DY: tl.constexpr, DX: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
+    DY: tl.constexpr, DX: tl.constexpr, NT2: tl.constexpr, NA2: tl.constexpr, NB2: tl.constexpr,
+    UNROLL2: tl.constexpr, DY2: tl.constexpr, DX2: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr,
+    BW: tl.constexpr,
 ):
     """Stencils + epilogue on a ``[BP planes, BH rows, BW cols]`` tile."""
     cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, 0, F64,
-                         DY, DX)
+                         DY, DX, NT2, NA2, NB2, UNROLL2, DY2, DX2)
     pid = tl.program_id(0)
     tw = pid % n_tw
     rest = pid // n_tw
@@ -577,13 +594,14 @@ def _bwd_kernel(
     MODE: tl.constexpr, SINGLE: tl.constexpr, NT: tl.constexpr, NA: tl.constexpr, NB: tl.constexpr,
     K: tl.constexpr, NCY: tl.constexpr, NCX: tl.constexpr, CH: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, ACC: tl.constexpr, UNROLL: tl.constexpr, EPI: tl.constexpr, USRC: tl.constexpr,
-    F64: tl.constexpr, DY: tl.constexpr, DX: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
-    BBY: tl.constexpr, BBX: tl.constexpr, EXTRAS: tl.constexpr,
+    F64: tl.constexpr, DY: tl.constexpr, DX: tl.constexpr, NT2: tl.constexpr, NA2: tl.constexpr,
+    NB2: tl.constexpr, UNROLL2: tl.constexpr, DY2: tl.constexpr, DX2: tl.constexpr, BP: tl.constexpr,
+    BH: tl.constexpr, BW: tl.constexpr, BBY: tl.constexpr, BBX: tl.constexpr, EXTRAS: tl.constexpr,
 ):
     """Adjoint on a ``[BP, BH, BW]`` tile of the input gradient: main term, border bands, epilogue."""
     cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, USRC, F64,
-                         DY, DX)
-    SL: tl.constexpr = 2 * NT + NCY + NCX  # slot tables in ip: SY rows, then SX columns, 5 ints each
+                         DY, DX, NT2, NA2, NB2, UNROLL2, DY2, DX2)
+    SL: tl.constexpr = 2 * NT + NCY + NCX + 2 * NT2  # slot tables in ip: SY rows, then SX columns, 5 ints each
     pid = tl.program_id(0)
     tw = pid % n_tw
     rest = pid // n_tw
@@ -634,7 +652,7 @@ def _bwd_kernel(
                 idx = b0 + tl.arange(0, BBY)
                 jr = ay * idx + by_
                 vr = idx <= hi
-                band = tl.zeros((BP, BBY, BW), ACC)
+                band = tl.full((BP, BBY, BW), 0.0, ACC)
                 for sx in range(0, SX + 1):  # 0: the columns themselves; k > 0: column slot k - 1
                     spx = ip + SL + 5 * SY + 5 * (sx - 1)
                     slot = sx > 0
@@ -657,11 +675,11 @@ def _bwd_kernel(
                         if Px < 0:
                             band += corner
                         else:
-                            band += tl.where((cols == Px)[None, None, :], tl.sum(corner, axis=2)[:, :, None], 0.0)
+                            band += tl.where((cols == Px)[None, None, :], tl.reduce(corner, 2, _add)[:, :, None], 0.0)
                 if P < 0:
                     adj += _expand(band, b0 - r0, BH, 1)
                 else:
-                    adj += tl.where((rows == P)[None, :, None], tl.sum(band, axis=1)[:, None, :], 0.0)
+                    adj += tl.where((rows == P)[None, :, None], tl.reduce(band, 1, _add)[:, None, :], 0.0)
         for sx in range(SX):
             spx = ip + SL + 5 * SY + 5 * sx
             ax = tl.load(spx)
@@ -680,7 +698,7 @@ def _bwd_kernel(
                 if P < 0:
                     adj += _expand(band, d0 - c0, BW, 2)
                 else:
-                    adj += tl.where((cols == P)[None, None, :], tl.sum(band, axis=2)[:, :, None], 0.0)
+                    adj += tl.where((cols == P)[None, None, :], tl.reduce(band, 2, _add)[:, :, None], 0.0)
     valid = pv[:, None, None] & rv[None, :, None] & cv[None, None, :]
     if EPI == 3 or EPI == 4:
         xv = tl.load(xp + rs[None, :, None] * x_sh + cs[None, None, :] * x_sw, mask=valid, other=0.0).to(ACC)
@@ -708,12 +726,17 @@ def _np2(n: int) -> int:
 
 
 def _stencil_taps(st: Stencil, mode: str, cval: float):
-    """``({(dy, dx): w}, [(axis, d, coeff)])`` for one stencil, or None if not supported."""
-    if st.kind == "dense":
+    """``({(dy, dx): w}, [(axis, d, coeff)])`` for one stencil, or None if not supported.
+
+    The forward footprint: a ``sep`` stencil keeps its zero taps (SciPy's 1-D passes
+    multiply every tap, so a NaN under a zero tap is NaN), a ``dense`` one drops them.
+    """
+    if st.kind == "dense":  # zero taps are outside the footprint (SciPy's 2-D correlate)
         taps = {}
         for a, row in enumerate(st.taps):
             for b, w in enumerate(row):
-                taps[(st.lo[0] + a, st.lo[1] + b)] = float(w)  # zeros kept: 0 * NaN as conv2d
+                if w != 0.0:
+                    taps[(st.lo[0] + a, st.lo[1] + b)] = float(w)
         return taps, []
     passes = st.passes
     if not passes:
@@ -722,14 +745,13 @@ def _stencil_taps(st: Stencil, mode: str, cval: float):
         p = passes[0]
         taps = {}
         for i, w in enumerate(p.taps):
-            if w != 0.0:
-                d = p.lo + i
-                taps[(d, 0) if p.axis == -2 else (0, d)] = float(w)
+            d = p.lo + i
+            taps[(d, 0) if p.axis == -2 else (0, d)] = float(w)
         return taps, []
     if len(passes) == 2 and passes[0].axis != passes[1].axis:
         inner, outer = passes
-        ti = [(inner.lo + i, float(w)) for i, w in enumerate(inner.taps) if w != 0.0]
-        to = [(outer.lo + i, float(w)) for i, w in enumerate(outer.taps) if w != 0.0]
+        ti = [(inner.lo + i, float(w)) for i, w in enumerate(inner.taps)]
+        to = [(outer.lo + i, float(w)) for i, w in enumerate(outer.taps)]
         taps = {}
         for di, wi in ti:
             for do, wo in to:
@@ -781,6 +803,24 @@ def _slots(n: int, lo: int, hi: int, mode: str):
     return out
 
 
+def _table(t0: dict, t1: dict, shared: bool):
+    """Footprint table ``(dys, dxs, w0, w1, NA, NB)`` of two stencils' taps, ordered
+    *stencil 0 only* (NA), *both* (NB), *stencil 1 only*.  ``shared``: one stencil read
+    by two channels (normalized blur): every tap is in both."""
+    if shared:
+        a, b, c = [], sorted(t0), []
+        t1 = t0
+    else:
+        a = sorted(k for k in t0 if k not in t1)
+        b = sorted(k for k in t0 if k in t1)
+        c = sorted(k for k in t1 if k not in t0)
+    offs = a + b + c
+    if not offs:  # no taps at all: one zero-weight tap keeps the kernels uniform
+        offs, a, t0 = [(0, 0)], [(0, 0)], {(0, 0): 0.0}
+    return ([o[0] for o in offs], [o[1] for o in offs], [t0.get(o, 0.0) for o in offs],
+            [t1.get(o, 0.0) for o in offs], len(a), len(b))
+
+
 class _Plan(NamedTuple):
     ip: torch.Tensor
     fp: torch.Tensor
@@ -805,7 +845,8 @@ _PLANS: dict = {}
 
 def _lower(spec, H, W, NP, dtype, device, threshold):
     """Build (and cache) the launch plan of ``spec`` on ``NP`` planes of ``H x W``."""
-    key = (spec, H, W, min(NP, 64), dtype, device, threshold, tuple(_TILE.values()))
+    # cval's sign is part of the key (-0.0 == 0.0 but pads differently signed zeros)
+    key = (spec, math.copysign(1.0, spec.cval), H, W, min(NP, 64), dtype, device, threshold, tuple(_TILE.values()))
     plan = _PLANS.get(key)
     if plan is not None:
         return plan
@@ -844,19 +885,13 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
     del has_mask_possible
     t0 = stencils[0][0]
     t1 = stencils[1][0] if len(stencils) == 2 else {}
-    if CH == 1:
-        group_a, group_b, group_c = [], sorted(t0), []
-    else:
-        group_a = sorted(k for k in t0 if k not in t1)
-        group_b = sorted(k for k in t0 if k in t1)
-        group_c = sorted(k for k in t1 if k not in t0)
-    offs = group_a + group_b + group_c
-    if not offs:  # a stencil of zeros: keep one (zero-weight) tap so the kernels stay uniform
-        offs = group_a = [(0, 0)]
-        t0 = {(0, 0): 0.0}
-    NT = len(offs)
-    w0 = [t0.get(o, 0.0) for o in offs]
-    w1 = [t1.get(o, 0.0) if CH == 0 else t0.get(o, 0.0) for o in offs]
+    # forward footprint (NaN reaches through every tap of it) and adjoint footprint (only
+    # non-zero weights: the reference's adjoint skips zero taps), each grouped
+    # "stencil 0 only", "both", "stencil 1 only"
+    fwd = _table(t0, t1, CH == 1)
+    adj = _table({k: w for k, w in t0.items() if w != 0.0}, {k: w for k, w in t1.items() if w != 0.0}, CH == 1)
+    (dys, dxs, w0, w1, NA, NB), (dys2, dxs2, w0b, w1b, NA2, NB2) = fwd, adj
+    NT, NT2 = len(dys), len(dys2)
     corr_y, corr_x = [], []
     for k, (_, corr) in enumerate(stencils[:2] if CH == 0 else stencils[:1]):
         for axis, d, c in corr:
@@ -868,8 +903,6 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
     cx0 = [sum(c for k, d, c in corr_x if k == 0 and d == e) for e in cx]
     cx1 = [sum(c for k, d, c in corr_x if k == 1 and d == e) for e in cx]
 
-    dys = [o[0] for o in offs]
-    dxs = [o[1] for o in offs]
     lo_y, hi_y, lo_x, hi_x = min(dys), max(dys), min(dxs), max(dxs)
 
     def single(n, lo, hi):
@@ -880,8 +913,8 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
         return -lo <= n and hi <= n
 
     SINGLE = single(H, lo_y, hi_y) and single(W, lo_x, hi_x)
-    sy = _slots(H, lo_y, hi_y, mode)
-    sx = _slots(W, lo_x, hi_x, mode)
+    sy = _slots(H, min(dys2), max(dys2), mode)  # preimages of the adjoint footprint
+    sx = _slots(W, min(dxs2), max(dxs2), mode)
 
     # tiles
     BW = min(_np2(W), _TILE["max_bw"])
@@ -892,15 +925,21 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
     n_th, n_tw = -(-H // BH), -(-W // BW)
     warps = max(1, min(8, BP * BH * BW // 128))  # about 4 elements per thread
 
-    ints = dys + dxs + cy + cx + [v for s in sy for v in s] + [v for s in sx for v in s]
-    floats = w0 + w1 + cy0 + cy1 + cx0 + cx1 + [cval, threshold if threshold is not None else 0.0]
+    # ip: dy, dx, corr. rows, corr. cols, dy2, dx2, row slots, col slots
+    # fp: w0, w1, corr. rows (2 x), corr. cols (2 x), cval, threshold, w0b, w1b
+    ints = dys + dxs + cy + cx + dys2 + dxs2 + [v for s in sy for v in s] + [v for s in sx for v in s]
+    thr = threshold if threshold is not None else 0.0
+    floats = w0 + w1 + cy0 + cy1 + cx0 + cx1 + [cval, thr] + w0b + w1b
     ip = torch.tensor(ints, dtype=torch.int32).to(device)
     fp = torch.tensor(floats, dtype=acc).to(device)
+    unroll, unroll2 = NT <= _UNROLL_MAX, NT2 <= _UNROLL_MAX
     ce = dict(
-        MODE=_MODES[mode], SINGLE=SINGLE, NT=NT, NA=len(group_a), NB=len(group_b), K=K,
+        MODE=_MODES[mode], SINGLE=SINGLE, NT=NT, NA=NA, NB=NB, K=K,
         NCY=len(cy), NCX=len(cx), CH=CH, ACC=tl.float64 if acc == torch.float64 else tl.float32,
-        UNROLL=NT <= _UNROLL_MAX, F64=acc == torch.float64,
-        DY=tuple(dys) if NT <= _UNROLL_MAX else (), DX=tuple(dxs) if NT <= _UNROLL_MAX else (),
+        UNROLL=unroll, F64=acc == torch.float64,
+        DY=tuple(dys) if unroll else (), DX=tuple(dxs) if unroll else (),
+        NT2=NT2, NA2=NA2, NB2=NB2, UNROLL2=unroll2,
+        DY2=tuple(dys2) if unroll2 else (), DX2=tuple(dxs2) if unroll2 else (),
     )
     plan = _Plan(ip, fp, ce, NT, ext, len(sy), len(sx), BBY, BBX, BP, BH, BW, n_th, n_tw, warps,
                  recompute=NT <= _RECOMPUTE_MAX)
@@ -1070,7 +1109,7 @@ def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
     NP = x.numel() // max(1, H * W)
     if x.numel() == 0:
         return _result(out, x.shape, x)
-    plan = _lower(spec, H, W, NP, x.dtype, x.device, float(threshold))
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, _threshold(threshold, mask, x.dtype))
     if plan is None or not _safe_offsets(x, mask, out):
         return _fallback("blur_forward", x, mask, spec, threshold, out=out)
     mask = _mask(mask, x)
@@ -1086,7 +1125,7 @@ def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
     NP = x.numel() // max(1, H * W)
     if x.numel() == 0:
         return _result(out, x.shape, x)
-    plan = _lower(spec, H, W, NP, x.dtype, x.device, float(threshold))
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, _threshold(threshold, mask, x.dtype))
     if plan is None or not _safe_offsets(x, grad, mask, out):
         return _fallback("blur_backward", grad, x, mask, spec, threshold, out=out)
     mask = _mask(mask, x)
@@ -1098,6 +1137,17 @@ def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
         _launch_fwd(plan, x, mask, grad, u, _U_NORM, spec.keep_border, NP, H, W)
     _launch_bwd(plan, x, mask, grad, u, gin, _NORM if spec.normalized else _BLEND, spec.keep_border, NP, H, W)
     return gin
+
+
+@functools.lru_cache(maxsize=256)
+def _rounded(threshold: float, dtype: torch.dtype) -> float:
+    return float(torch.tensor(threshold, dtype=dtype))
+
+
+def _threshold(threshold, mask, dtype) -> float:
+    """``x >= threshold`` as torch compares it: in x's dtype, the threshold rounded to it
+    (exact in the compute dtype).  Unused with an explicit mask."""
+    return 0.0 if mask is not None else _rounded(float(threshold), dtype)
 
 
 def _mask(mask, x):

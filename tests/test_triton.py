@@ -1,0 +1,445 @@
+"""The fused Triton engine (backends/triton.py), run on CPU through Triton's interpreter.
+
+``TRITON_INTERPRET=1`` must be set before the engine's kernels are decorated,
+so the module fixture sets it, (re)imports ``torchfilters.backends.triton``
+(fresh kernels, interpreted) and installs it as the ``"triton"`` backend; on
+teardown it puts the environment and the backend registry back, so the other
+test modules in the same process see the ordinary (GPU-only) engine.
+
+Oracle: the reference engine (forward and backward), and SciPy for a few.
+Every test checks that kernels were launched and nothing fell back to the
+reference (``LAUNCHES`` / ``FALLBACKS``).  The interpreter costs about a
+millisecond per Triton op, so shapes are tiny and the grid is a covering
+design rather than a full cross product: every op in every mode (float64,
+tight tolerance), every dtype on a subset, plus the special paths (tiles,
+border bands, runtime loops, u buffers, layouts, NaN, out=).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import torchfilters as tf
+from torchfilters import _spec, backends
+from torchfilters._spec import BlurSpec, FilterSpec
+
+pytest.importorskip("triton")
+
+from conftest import (  # noqa: E402
+    BASE_MODES,
+    assert_angles_close,
+    pattern_mask,
+    rand,
+    sp_gaussian_filter,
+    sp_gradient_magnitude,
+    sp_selective_blur,
+)
+
+pytestmark = pytest.mark.triton
+
+_NAME = "torchfilters.backends.triton"
+
+
+@pytest.fixture(scope="module")
+def T():
+    """The Triton engine with interpreted kernels, installed as backend "triton"."""
+    old_env = os.environ.get("TRITON_INTERPRET")
+    old_mod = sys.modules.pop(_NAME, None)
+    old_loaded = backends._loaded.pop("triton", None)
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        mod = importlib.import_module(_NAME)
+        assert mod.interpreted(), "TRITON_INTERPRET=1 did not give interpreted kernels"
+        backends._loaded["triton"] = mod
+        yield mod
+    finally:
+        if old_env is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old_env
+        sys.modules.pop(_NAME, None)
+        backends._loaded.pop("triton", None)
+        if old_mod is not None:
+            sys.modules[_NAME] = old_mod
+            backends.triton = old_mod
+        elif hasattr(backends, "triton"):
+            del backends.triton
+        if old_loaded is not None:
+            backends._loaded["triton"] = old_loaded
+
+
+@contextlib.contextmanager
+def launched(T, fwd=1, bwd=0):
+    """Assert that the block launched at least ``fwd``/``bwd`` kernels and fell back nowhere."""
+    before = dict(T.LAUNCHES)
+    fell = sum(T.FALLBACKS.values())
+    yield
+    assert T.LAUNCHES["fwd"] - before.get("fwd", 0) >= fwd, "the forward Triton kernel did not run"
+    assert T.LAUNCHES["bwd"] - before.get("bwd", 0) >= bwd, "the backward Triton kernel did not run"
+    assert sum(T.FALLBACKS.values()) == fell, f"fell back to the reference: {dict(T.FALLBACKS)}"
+
+
+# ------------------------------------------------------------------ op table
+#
+# Every public op, every operator, both variants of each option; kernels of
+# radius >= 2 where the op allows (radius 1 hides reflect/nearest mix-ups).
+
+K5x3 = ((0.5, -1.0, 2.0), (1.0, 0.0, -0.5), (0.75, 2.0, 1.0), (0.1, 0.2, 0.3), (-0.3, 0.6, 0.9))  # a zero tap
+K1 = (0.5, -1.0, 2.0, 0.25, 1.0)
+BLUR_W = ((1.0, 2.0, 0.0, 2.0, 1.0), (0.5, 1.0, 3.0, 1.0, 0.5))
+
+CASES = {
+    "correlate": lambda x, **k: tf.correlate(x, K5x3, origin=(1, -1), **k),
+    "convolve": lambda x, **k: tf.convolve(x, K5x3[:4], **k),
+    "correlate1d-x": lambda x, **k: tf.correlate1d(x, K1, -1, origin=-1, **k),
+    "convolve1d-y": lambda x, **k: tf.convolve1d(x, K1[:4], -2, **k),
+    "derivative-central-x": lambda x, **k: tf.derivative(x, -1, **k),
+    "derivative-sobel-y-normalized": lambda x, **k: tf.derivative(x, -2, operator="sobel", normalized=True, **k),
+    "prewitt-y": lambda x, **k: tf.prewitt(x, -2, **k),
+    "scharr-x": lambda x, **k: tf.scharr(x, -1, **k),
+    "gradient-prewitt": lambda x, **k: tf.gradient(x, operator="prewitt", **k),
+    "gradient_magnitude-central": lambda x, **k: tf.gradient_magnitude(x, **k),
+    "gradient_magnitude-sobel": lambda x, **k: tf.gradient_magnitude(x, operator="sobel", **k),
+    "gradient_magnitude-scharr-normalized": lambda x, **k: tf.gradient_magnitude(
+        x, operator="scharr", normalized=True, **k
+    ),
+    "gradient_direction-central": lambda x, **k: tf.gradient_direction(x, **k),
+    "gaussian_filter": lambda x, **k: tf.gaussian_filter(x, (0.6, 0.45), **k),
+    "gaussian_filter-order": lambda x, **k: tf.gaussian_filter(x, 0.5, order=(2, 1), radius=(1, 2), **k),
+    "gaussian_gradient_magnitude": lambda x, **k: tf.gaussian_gradient_magnitude(x, 0.45, **k),
+    "selective_blur": lambda x, **k: tf.selective_blur(x, 0.1, **k),
+    "selective_blur-normalized": lambda x, **k: tf.selective_blur(x, 0.1, normalized=True, **k),
+    "selective_blur-weights-keep_border": lambda x, **k: tf.selective_blur(
+        x, -0.2, weights=BLUR_W, keep_border=True, **k
+    ),
+    "selective_blur-sigma-normalized-keep_border": lambda x, **k: tf.selective_blur(
+        x, 0.0, sigma=0.5, normalized=True, keep_border=True, **k
+    ),
+    "selective_blur-mask": lambda x, **k: tf.selective_blur(x, mask=pattern_mask(*x.shape[-2:]), weights=BLUR_W, **k),
+    "selective_blur-mask-normalized": lambda x, **k: tf.selective_blur(
+        x, mask=pattern_mask(*x.shape[-2:]), weights=BLUR_W, normalized=True, **k
+    ),
+}
+ANGLES = {"gradient_direction-central"}
+#: small odd shapes, 1x1 and 1-wide images, several planes; kernels often reach past the image
+SHAPES = ((2, 5, 6), (1, 1, 4, 3), (1, 1), (3, 2, 7), (1, 6, 1), (2, 1, 3, 5))
+CVAL = 0.75
+
+
+def run(name, x, engine, mode="reflect", **kw):
+    return CASES[name](x, mode=mode, cval=CVAL, backend=engine, **kw)
+
+
+def fwd_bwd(name, x, engine, mode, seed=7):
+    xx = x.detach().requires_grad_(True)  # same strides as x
+    y = run(name, xx, engine, mode)
+    g = rand(*y.shape, seed=seed, dtype=y.dtype)
+    (gx,) = torch.autograd.grad(y, xx, g)
+    return y.detach(), gx
+
+
+def close(a, b, tol, what="", angles=False):
+    """``|a - b| <= tol * max(1, max|b|)``; NaN where the other is NaN."""
+    assert a.shape == b.shape and a.dtype == b.dtype, f"{what}: {a.shape}/{a.dtype} vs {b.shape}/{b.dtype}"
+    a64, b64 = a.double(), b.double()
+    nan = a64.isnan() & b64.isnan()
+    assert torch.equal(a64.isnan(), b64.isnan()), f"{what}: NaN positions differ"
+    if angles:  # atan2 of a signed zero: +-pi are the same angle
+        assert_angles_close(a64.nan_to_num(0.0), b64.nan_to_num(0.0), atol=tol * math.pi)
+        return
+    scale = max(1.0, float(b64[~nan].abs().max())) if (~nan).any() else 1.0
+    err = (a64 - b64).abs()
+    bad = ~((err <= tol * scale) | nan)
+    assert not bool(bad.any()), (
+        f"{what}: {int(bad.sum())}/{bad.numel()} differ, max err {float(err[~nan].max()):.3g} "
+        f"(tol {tol * scale:.3g})"
+    )
+
+
+def check_against_reference(T, name, x, mode, tol):
+    with launched(T, 1, 1):
+        y, gx = fwd_bwd(name, x, "triton", mode)
+    yr, gr = fwd_bwd(name, x, "reference", mode)
+    close(y, yr, tol, f"{name} {mode} forward", angles=name in ANGLES)
+    close(gx, gr, tol, f"{name} {mode} backward")
+
+
+# --------------------------------------------------------------- the grid
+#
+# Every op in every mode, except the per-neighbour-recompute backwards (gradient
+# magnitude of 3x3 operators, normalized blur): those cost NT^2 taps per band in the
+# interpreter, so each runs in some modes and the modes rotate across them (their mode
+# handling is the same fold / slot code the cheap ops run in every mode).
+
+RECOMPUTE_MODES = {
+    "gradient_magnitude-sobel": ("reflect",),
+    "gradient_magnitude-scharr-normalized": ("constant",),
+    "selective_blur-normalized": ("nearest",),
+    "selective_blur-mask-normalized": ("constant",),
+}
+GRID = [(n, m) for n in CASES for m in RECOMPUTE_MODES.get(n, BASE_MODES)]
+
+
+@pytest.mark.parametrize("name, mode", GRID)
+def test_every_op_every_mode_float64(T, name, mode):
+    i = list(CASES).index(name) + BASE_MODES.index(mode)
+    shape = SHAPES[i % len(SHAPES)]
+    x = rand(*shape, seed=i)
+    check_against_reference(T, name, x, mode, 1e-12)
+
+
+DTYPE_GRID = [
+    ("gradient_magnitude-central", "reflect"),
+    ("gradient-prewitt", "constant"),
+    ("selective_blur", "wrap"),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_low_precision_dtypes(T, dtype):
+    """float32 arithmetic for every dtype: one rounding to the output dtype away from the
+    reference (which also computes in float32)."""
+    tol = {torch.float32: 2e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    extra = {torch.float16: [("gradient_direction-central", "mirror"), ("correlate", "nearest")],
+             torch.bfloat16: [("selective_blur-sigma-normalized-keep_border", "nearest"), ("gaussian_filter", "mirror")],
+             torch.float32: [("selective_blur-mask", "mirror"), ("convolve1d-y", "wrap")]}[dtype]
+    for k, (name, mode) in enumerate(DTYPE_GRID + extra):
+        x = rand(2, 5, 6, seed=k, dtype=dtype)
+        check_against_reference(T, name, x, mode, tol)
+
+
+# ----------------------------------------------------------- special paths
+
+
+@pytest.fixture
+def small_tiles(T):
+    """4x4 tiles, four planes per program (one group, not full): several tiles per image,
+    bands cut by tiles."""
+    old = T.set_tile_limits(max_bw=4, max_elems=64, max_bp=4)
+    yield
+    T.set_tile_limits(**old)
+
+
+@pytest.mark.parametrize(
+    "name, mode",
+    [
+        ("gaussian_filter", "reflect"),
+        ("gaussian_gradient_magnitude", "mirror"),
+        ("gradient_magnitude-central", "wrap"),
+        ("selective_blur-sigma-normalized-keep_border", "nearest"),
+        ("selective_blur-weights-keep_border", "constant"),
+        ("correlate", "nearest"),
+        ("gradient-prewitt", "mirror"),
+    ],
+)
+def test_multi_tile(T, small_tiles, name, mode):
+    x = rand(3, 5, 7, seed=3)
+    check_against_reference(T, name, x, mode, 1e-12)
+
+
+@pytest.fixture
+def runtime_loops(T, monkeypatch):
+    """Tap loops as runtime loops (the path of large kernels)."""
+    monkeypatch.setattr(T, "_UNROLL_MAX", 0)
+    T._PLANS.clear()
+    yield
+    T._PLANS.clear()
+
+
+@pytest.mark.parametrize(
+    "name, mode",
+    [
+        ("gradient_magnitude-central", "reflect"),
+        ("gradient_direction-central", "nearest"),
+        ("selective_blur", "mirror"),
+        ("gradient-prewitt", "constant"),
+        ("correlate", "wrap"),
+    ],
+)
+def test_runtime_tap_loops(T, runtime_loops, name, mode):
+    check_against_reference(T, name, rand(2, 4, 5, seed=5), mode, 1e-12)
+
+
+@pytest.mark.parametrize("recompute_max", [0, 10_000], ids=["u-buffer", "recompute"])
+@pytest.mark.parametrize(
+    "name, mode",
+    [
+        ("gradient_magnitude-central", "mirror"),
+        ("gradient_direction-central", "reflect"),
+        ("selective_blur-mask-normalized", "constant"),
+    ],
+)
+def test_recompute_or_u_buffer(T, monkeypatch, recompute_max, name, mode):
+    """Magnitude / direction / normalized backward: per-neighbour recompute (fused, small
+    footprints) and the u buffer (large footprints) give the same gradient."""
+    monkeypatch.setattr(T, "_RECOMPUTE_MAX", recompute_max)
+    T._PLANS.clear()
+    try:
+        before = T.LAUNCHES["fwd"]
+        check_against_reference(T, name, rand(1, 2, 4, 5, seed=9), mode, 1e-12)
+        fwd_launches = T.LAUNCHES["fwd"] - before
+        assert fwd_launches == (2 if recompute_max == 0 else 1)  # + the u kernel
+    finally:
+        T._PLANS.clear()
+
+
+def test_big_radius_tiny_images(T):
+    """Radius far past the image: many preimages per pixel in every mode (and 1x1 images)."""
+    for k, mode in enumerate(BASE_MODES):
+        for shape in ((1, 1), (2, 3), (3, 1)):
+            x = rand(*shape, seed=k)
+            with launched(T, 1, 1):
+                y, g = fwd_bwd("correlate1d-x", x, "triton", mode)
+            yr, gr = fwd_bwd("correlate1d-x", x, "reference", mode)
+            close(y, yr, 1e-12, f"{mode} {shape}")
+            close(g, gr, 1e-12, f"{mode} {shape}")
+    x = rand(2, 3, seed=1)
+    for mode in BASE_MODES:
+        kw = dict(mode=mode, cval=CVAL, radius=3)
+        with launched(T):
+            y = tf.gaussian_filter(x, 1.0, backend="triton", **kw)
+        close(y, torch.from_numpy(sp_gaussian_filter(x, 1.0, **kw)), 1e-12, f"gaussian {mode} vs scipy")
+
+
+def test_scipy_parity(T):
+    x = rand(2, 6, 5, seed=4)
+    for mode in BASE_MODES:
+        with launched(T, 3):
+            gm = tf.gradient_magnitude(x, operator="sobel", mode=mode, cval=CVAL, backend="triton")
+            gf = tf.gaussian_filter(x, 0.8, mode=mode, cval=CVAL, backend="triton")
+            sb = tf.selective_blur(x, 0.1, normalized=True, keep_border=True, mode=mode, backend="triton")
+        close(gm, torch.from_numpy(sp_gradient_magnitude(x, "sobel", mode, CVAL)), 1e-12, mode)
+        close(gf, torch.from_numpy(sp_gaussian_filter(x, 0.8, mode=mode, cval=CVAL)), 1e-12, mode)
+        want = sp_selective_blur(x, 0.1, normalized=True, keep_border=True, mode=mode)
+        close(sb, torch.from_numpy(want), 1e-12, mode)
+
+
+def test_nan_inputs(T):
+    """NaN reaches exactly the outputs (and gradients) the reference's NaN reaches: zero taps
+    of a dense kernel propagate it (0 * NaN), skipped zero taps of a separable one do not."""
+    x = rand(2, 6, 7, seed=2)
+    x[0, 2, 3] = float("nan")
+    x[1, 0, 6] = float("nan")
+    names = ("correlate", "derivative-central-x", "gradient_magnitude-central", "selective_blur",
+             "selective_blur-normalized", "gradient_direction-central")
+    for k, name in enumerate(names):
+        mode = BASE_MODES[k % 5]
+        with launched(T, 1, 1):
+            y, g = fwd_bwd(name, x, "triton", mode)
+        yr, gr = fwd_bwd(name, x, "reference", mode)
+        assert y.isnan().any(), name
+        close(y, yr, 1e-12, f"{name} {mode} forward", angles=name in ANGLES)
+        close(g, gr, 1e-12, f"{name} {mode} backward")
+
+
+def test_flat_regions_have_zero_gradient(T):
+    for op, dtype, mode in (("central", torch.bfloat16, "constant"), ("sobel", torch.float32, "reflect")):
+        x = torch.full((1, 2, 5, 4), 0.5, dtype=dtype, requires_grad=True)
+        with launched(T, 1, 1):
+            y = tf.gradient_magnitude(x, operator=op, mode=mode, cval=0.5, backend="triton")
+            y.sum().backward()  # an expanded (stride 0) gradient
+        assert float(y.detach().abs().max()) == 0.0
+        assert torch.equal(x.grad, torch.zeros_like(x))
+
+
+def test_layouts_and_out(T):
+    base = rand(2, 3, 6, 5, seed=6, dtype=torch.float32)
+    layouts = {
+        "transposed": base.transpose(-1, -2),
+        "channels_last": base.contiguous(memory_format=torch.channels_last),
+        "leading-stride": base[:, ::2],
+        "three-leading-dims": rand(3, 3, 3, 6, 5, seed=1, dtype=torch.float32)[::2, ::2, ::2],
+        "expanded-planes": rand(1, 6, 5, seed=2, dtype=torch.float32).expand(4, 6, 5),
+    }
+    names = ("gradient-prewitt", "gradient_magnitude-central", "selective_blur")
+    for k, (what, x) in enumerate(layouts.items()):
+        for name in names[k % 3:k % 3 + 1] + (("gradient-prewitt",) if what == "expanded-planes" else ()):
+            with launched(T, 1, 1):
+                y, g = fwd_bwd(name, x, "triton", "reflect")
+            yr, gr = fwd_bwd(name, x.contiguous(), "reference", "reflect")
+            close(y, yr, 2e-6, f"{what} {name}")
+            close(g, gr, 2e-6, f"{what} {name}")
+    # a mask broadcast over channels, out= into a transposed buffer
+    x = base
+    mask = rand(2, 1, 6, 5, seed=8) > 0
+    out = torch.empty(2, 3, 5, 6).transpose(-1, -2)
+    with launched(T):
+        res = tf.selective_blur(x, mask=mask, sigma=0.6, normalized=True, out=out, backend="triton")
+    assert res is out
+    close(out, tf.selective_blur(x, mask=mask, sigma=0.6, normalized=True, backend="reference"), 2e-6)
+    # engine level: out may not alias an input; grad of the wrong shape is broadcast
+    spec = _spec.decode(_spec.encode(FilterSpec("reflect", 0.0, "magnitude", _sobel_pair())))
+    with pytest.raises(ValueError, match="share memory"):
+        T.filter_forward(x, spec, out=x)
+    with launched(T, 0, 1):
+        gin = T.filter_backward(torch.ones(()).expand(x.shape), x, spec)
+    close(gin, backends.get("reference").filter_backward(torch.ones_like(x), x, spec), 2e-6)
+
+
+def _sobel_pair():
+    from torchfilters.functional import _derivative_stencil
+
+    return (_derivative_stencil("sobel", -2, False), _derivative_stencil("sobel", -1, False))
+
+
+def test_empty_and_unsupported_specs(T):
+    x = torch.empty(0, 3, 4)
+    assert tf.sobel(x, backend="triton").shape == x.shape
+    # specs functional.py never builds: handed to the reference, and counted
+    a, b = _sobel_pair()
+    three = FilterSpec("reflect", 0.0, "stack", (a, b, a))
+    same_axis = FilterSpec("wrap", 0.0, "stack", (_spec.sep((-1, -1, (1.0, 2.0, 1.0)), (-1, -1, (1.0, 0.0, -1.0))),))
+    x = rand(2, 4, 5, seed=1)
+    ref = backends.get("reference")
+    for spec in (three, same_axis):
+        before = sum(T.FALLBACKS.values())
+        close(T.filter_forward(x, spec), ref.filter_forward(x, spec), 1e-12)
+        assert sum(T.FALLBACKS.values()) == before + 1
+
+
+def test_dispatch(T, monkeypatch):
+    assert T.available(torch.device("cpu"), torch.float32)
+    assert not T.available(torch.device("cpu"), torch.int32)
+    assert not T.available(torch.device("meta"), torch.float32)
+    x = rand(1, 4, 4, seed=0)
+    monkeypatch.setenv("TORCHFILTERS_BACKEND", "triton")
+    with launched(T):
+        tf.sobel(x)
+
+
+def test_slots_enumerate_every_preimage(T):
+    """Host side of the adjoint: the slot tables list each padded position folding onto a
+    pixel exactly once (brute force against the reference's fold_indices)."""
+    fold = backends.get("reference").fold_indices
+    for mode in BASE_MODES:
+        for n in range(1, 7):
+            for lo in (-11, -5, -2, -1, 0):
+                for hi in (0, 1, 3, 6, 12):
+                    L, U = min(lo, 0), n - 1 + max(hi, 0)
+                    f = fold(n, L, U - L + 1, mode).tolist()
+                    want = sorted((p, j) for j, p in zip(range(L, U + 1), f) if p != j and p < n)
+                    got = []
+                    for A, B, a, b, P in T._slots(n, lo, hi, mode):
+                        got += [(p, A * p + B) for p in range(a, b + 1)] if P < 0 else [(P, j) for j in range(a, b + 1)]
+                    assert sorted(got) == want, (mode, n, lo, hi)
+
+
+@pytest.mark.skipif(os.environ.get("TORCHFILTERS_TRITON_AOT") != "1", reason="set TORCHFILTERS_TRITON_AOT=1")
+def test_kernels_compile_for_sm90():
+    """Opt-in: compile the benchmark's kernels for sm_90 with Triton's own ptxas (no GPU needed;
+    a minute or two).  The interpreter accepts code the compiler rejects, so run this after
+    changing the kernels."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gpu.py")
+    res = subprocess.run([sys.executable, script, "--compile-only"], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
