@@ -146,8 +146,9 @@ def _fold(j, n, MODE: tl.constexpr, SINGLE: tl.constexpr):
     """scipy.ndimage boundary folding of integer positions ``j`` into ``[0, n)``.
 
     ``SINGLE``: every ``j`` is within one reflection of the image (cheap
-    compare/select form).  Constant mode clamps (the caller masks with cval).
-    The result is always clamped, so it is a safe address for any ``j``.
+    compare/select form).  Constant mode leaves ``j`` (the caller masks with cval).
+    No clamping: every access is masked, and unclamped ``arange``-based indices keep
+    Triton's contiguity analysis (vector loads/stores where alignment allows).
     """
     if MODE == 0:  # reflect: d c b a | a b c d | d c b a
         if SINGLE:
@@ -167,6 +168,8 @@ def _fold(j, n, MODE: tl.constexpr, SINGLE: tl.constexpr):
             j = j % p
             j = tl.where(j < 0, j + p, j)
             j = tl.where(j >= n, p - j, j)
+    elif MODE == 2:  # nearest
+        j = tl.minimum(tl.maximum(j, 0), n - 1)
     elif MODE == 3:  # wrap
         if SINGLE:
             j = tl.where(j < 0, j + n, j)
@@ -174,7 +177,7 @@ def _fold(j, n, MODE: tl.constexpr, SINGLE: tl.constexpr):
         else:
             j = j % n
             j = tl.where(j < 0, j + n, j)
-    return tl.minimum(tl.maximum(j, 0), n - 1)
+    return j
 
 
 @triton.jit
@@ -396,8 +399,6 @@ def _u_at(qr, qc, vq, env, genv, cfg: tl.constexpr, NEED0: tl.constexpr, NEED1: 
     EPI: tl.constexpr = cfg[13]
     USRC: tl.constexpr = cfg[14]
     F64: tl.constexpr = cfg[15]
-    qr = tl.minimum(tl.maximum(qr, 0), H - 1)
-    qc = tl.minimum(tl.maximum(qc, 0), W - 1)
     if USRC == 1 or EPI == 0:  # read u (the grad planes for stack, else the u buffer)
         uptr = up + qr[None, :, None] * u_sh + qc[None, None, :] * u_sw
         if NEED0:
@@ -535,8 +536,8 @@ def _fwd_kernel(
     cols = tw * BW + tl.arange(0, BW)
     valid = (pl < NP)[:, None, None] & (rows < H)[None, :, None] & (cols < W)[None, None, :]
     pl = tl.minimum(pl, NP - 1)
-    rs = tl.minimum(rows, H - 1)
-    cs = tl.minimum(cols, W - 1)
+    rs = rows  # (unclamped: every access below is masked)
+    cs = cols
     cval = tl.load(fp + 2 * NT + 2 * NCY + 2 * NCX)
     thr = tl.load(fp + 2 * NT + 2 * NCY + 2 * NCX + 1)
     xp = x_ptr + _plane_off(pl, x_ni, x_so, x_si)
@@ -616,8 +617,8 @@ def _bwd_kernel(
     rv = rows < H
     cv = cols < W
     pl = tl.minimum(pl, NP - 1)
-    rs = tl.minimum(rows, H - 1)
-    cs = tl.minimum(cols, W - 1)
+    rs = rows  # (unclamped: every access below is masked)
+    cs = cols
     cval = tl.load(fp + 2 * NT + 2 * NCY + 2 * NCX)
     thr = tl.load(fp + 2 * NT + 2 * NCY + 2 * NCX + 1)
     xp = x_ptr + _plane_off(pl, x_ni, x_so, x_si)

@@ -1,0 +1,396 @@
+"""GPU benchmark of the fused Triton engine: correctness first, then timings.
+
+    python benchmarks/gpu.py               # needs a CUDA device; about 2-4 minutes on an H100/H200
+    python benchmarks/gpu.py --quick       # smaller shapes, shorter timing (a smoke run)
+    python benchmarks/gpu.py --compile-only [--arch 90]
+                                           # no GPU needed: compile every kernel variant for
+                                           # sm_<arch> with Triton's own ptxas, print registers
+
+1. Correctness: every benchmarked op (and a few more), forward and backward, Triton against
+   the reference engine on the same device.  Any mismatch stops the script (exit 1).
+2. Copy bandwidth: ``dst.copy_(src)`` of a 1 GiB tensor (read + write), the floor.
+3. Timings (``triton.testing.do_bench``, median): achieved GB/s = (bytes read + bytes
+   written by an ideal one-pass kernel) / time, and that as a fraction of the copy bandwidth,
+   against plain torch slicing, grouped ``F.conv2d`` and Kornia (if installed).
+
+Targets (DESIGN / issue 4): gradient magnitude forward >= 80 % of copy bandwidth;
+selective_blur forward and backward >= 70 %; >= 5x faster than torch slicing on the first case.
+Prints only; never asserts a time.  Exits 0 with a message when there is no CUDA device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+import torchfilters as tf  # noqa: E402
+from torchfilters import _spec, backends  # noqa: E402
+
+# ----------------------------------------------------------------- baselines
+
+
+def slicing_gradient_magnitude(x):
+    """What a user writes by hand: replicate-pad (== SciPy reflect at radius 1) and slice."""
+    xp = F.pad(x.reshape(-1, 1, *x.shape[-2:]), (1, 1, 1, 1), mode="replicate").reshape(
+        *x.shape[:-2], x.shape[-2] + 2, x.shape[-1] + 2
+    )
+    gx = xp[..., 1:-1, 2:] - xp[..., 1:-1, :-2]
+    gy = xp[..., 2:, 1:-1] - xp[..., :-2, 1:-1]
+    return torch.sqrt(gx * gx + gy * gy)
+
+
+def conv_gradient_magnitude(x):
+    """Grouped conv2d: one (2, 1, 3, 3) derivative pair per channel."""
+    B, C, H, W = x.shape
+    k = torch.zeros(2, 1, 3, 3, dtype=x.dtype, device=x.device)
+    k[0, 0, :, 1] = torch.tensor([-1.0, 0.0, 1.0])  # d/dy
+    k[1, 0, 1, :] = torch.tensor([-1.0, 0.0, 1.0])  # d/dx
+    w = k.repeat(C, 1, 1, 1)
+    g = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), w, groups=C).view(B, C, 2, H, W)
+    return torch.sqrt((g * g).sum(2))
+
+
+def slicing_selective_blur(x, threshold=0.0):
+    """The GAN case by hand: binomial 3x3 blur where x >= threshold (reflect == replicate at r=1)."""
+    xp = F.pad(x, (1, 1, 1, 1), mode="replicate")
+    v = 0.25 * xp[..., :-2, :] + 0.5 * xp[..., 1:-1, :] + 0.25 * xp[..., 2:, :]
+    b = 0.25 * v[..., :-2] + 0.5 * v[..., 1:-1] + 0.25 * v[..., 2:]
+    return torch.where(x >= threshold, b, x)
+
+
+def conv_selective_blur(x, threshold=0.0):
+    C = x.shape[1]
+    k = torch.tensor([1.0, 2.0, 1.0], dtype=x.dtype, device=x.device)
+    w = (k[:, None] * k[None, :] / 16.0).expand(C, 1, 3, 3).contiguous()
+    b = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), w, groups=C)
+    return torch.where(x >= threshold, b, x)
+
+
+def conv_gaussian(x, sigma=2.0):
+    from torchfilters import kernels
+
+    r = kernels.gaussian_radius(sigma, 4.0)
+    k = torch.tensor(kernels.gaussian_kernel1d(sigma, 0, r), dtype=x.dtype, device=x.device)
+    C = x.shape[1]
+    xp = F.pad(x, (r, r, r, r), mode="reflect")  # torch reflect == SciPy mirror: close enough to time
+    y = F.conv2d(xp, k.view(1, 1, -1, 1).expand(C, 1, -1, 1).contiguous(), groups=C)
+    return F.conv2d(y, k.view(1, 1, 1, -1).expand(C, 1, 1, -1).contiguous(), groups=C)
+
+
+def kornia_ops():
+    try:
+        import kornia  # noqa: F401
+        import kornia.filters as KF
+    except Exception:
+        return None
+
+    def gm(x):
+        g = KF.spatial_gradient(x, mode="diff", order=1, normalized=False)  # replicate border
+        return torch.sqrt((g * g).sum(2))
+
+    def blur(x, threshold=0.0):
+        k = torch.tensor([[1.0, 2.0, 1.0]], device=x.device, dtype=x.dtype)
+        return torch.where(x >= threshold, KF.filter2d(x, (k.T @ k / 16.0)[None], border_type="replicate"), x)
+
+    def gauss(x, sigma=2.0):
+        return KF.gaussian_blur2d(x, (17, 17), (sigma, sigma), border_type="reflect")
+
+    return {"gm": gm, "blur": blur, "gauss": gauss}
+
+
+# --------------------------------------------------------------- correctness
+
+
+def check_correctness(device, quick):
+    """Triton vs the reference engine on ``device``, forward and backward; returns failures."""
+    failures = []
+    T = backends.get("triton")
+    cases = [
+        ("gradient_magnitude central", lambda x, b: tf.gradient_magnitude(x, backend=b)),
+        ("gradient_magnitude sobel wrap", lambda x, b: tf.gradient_magnitude(x, operator="sobel", mode="wrap", backend=b)),
+        ("gradient sobel constant", lambda x, b: tf.gradient(x, operator="sobel", mode="constant", cval=0.5, backend=b)),
+        ("gradient_direction mirror", lambda x, b: tf.gradient_direction(x, mode="mirror", backend=b)),
+        ("selective_blur (GAN case)", lambda x, b: tf.selective_blur(x, 0.0, backend=b)),
+        ("selective_blur normalized keep_border", lambda x, b: tf.selective_blur(x, 0.0, normalized=True, keep_border=True, backend=b)),
+        ("gaussian_filter sigma=2", lambda x, b: tf.gaussian_filter(x, 2.0, backend=b)),
+        ("gaussian_filter sigma=2 nearest", lambda x, b: tf.gaussian_filter(x, 2.0, mode="nearest", backend=b)),
+        ("gaussian_gradient_magnitude", lambda x, b: tf.gaussian_gradient_magnitude(x, 1.5, mode="constant", backend=b)),
+        ("correlate 5x4 origin", lambda x, b: tf.correlate(x, torch.arange(20.0).view(5, 4) - 9.5, origin=(1, -1), mode="reflect", backend=b)),
+    ]
+    shapes = [(3, 5, 28, 28), (2, 2, 67, 131), (1, 1, 1, 7)] if not quick else [(2, 3, 28, 28), (1, 1, 5, 7)]
+    tol = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 3e-3, torch.float64: 1e-12}
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        for shape in shapes:
+            g = torch.Generator(device="cpu").manual_seed(hash((shape, str(dtype))) % 2**31)
+            x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(device=device, dtype=dtype)
+            for name, fn in cases:
+                before = dict(T.LAUNCHES)
+                outs = []
+                for b in ("triton", "reference"):
+                    xx = x.detach().clone().requires_grad_(True)
+                    y = fn(xx, b)
+                    gy = torch.ones_like(y) * 0.5 + (torch.arange(y.numel(), device=device) % 7).view_as(y) * 0.1
+                    (gx,) = torch.autograd.grad(y, xx, gy.to(y.dtype))
+                    outs.append((y.detach().double(), gx.double()))
+                if T.LAUNCHES == before:
+                    failures.append(f"{name} {dtype} {shape}: the Triton kernels did not run")
+                for what, a, r in (("forward", outs[0][0], outs[1][0]), ("backward", outs[0][1], outs[1][1])):
+                    if "direction" in name and what == "forward":  # +-pi for signed zeros
+                        d = torch.remainder(a - r + math.pi, 2 * math.pi) - math.pi
+                        a, r = d, torch.zeros_like(d)
+                    same_nan = torch.equal(a.isnan(), r.isnan())
+                    scale = max(1.0, float(r.nan_to_num(0).abs().max()))
+                    err = float((a - r).nan_to_num(0).abs().max())
+                    if not same_nan or err > tol[dtype] * scale:
+                        failures.append(f"{name} {dtype} {shape} {what}: max err {err:.3g} (tol {tol[dtype] * scale:.3g})")
+    return failures
+
+
+# ------------------------------------------------------------------- timing
+
+
+def bench(fn, rep_ms):
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=max(25, rep_ms // 4), rep=rep_ms, return_mode="median")
+
+
+def copy_bandwidth(device, rep_ms):
+    n = 256 * 1024 * 1024  # 1 GiB of float32
+    src = torch.empty(n, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    ms = bench(lambda: dst.copy_(src), rep_ms)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n * 4 / (ms * 1e-3) / 1e9
+
+
+def row(case, impl, ms, nbytes, copy_bw, base_ms=None):
+    gbs = nbytes / (ms * 1e-3) / 1e9
+    sp = f"{base_ms / ms:7.1f}x" if base_ms else "        "
+    print(f"  {case:34s} {impl:30s} {ms:9.3f} ms {gbs:8.0f} GB/s {100 * gbs / copy_bw:6.1f} % of copy  {sp}")
+
+
+def timings(device, quick):
+    rep = 100 if quick else 400
+    copy_bw = copy_bandwidth(device, rep)
+    print(f"\ncopy bandwidth (dst.copy_(src), 1 GiB): {copy_bw:.0f} GB/s  [{torch.cuda.get_device_name(device)}]")
+    print(f"  {'case':34s} {'implementation':30s} {'time':>12s} {'achieved':>13s} {'':>16s}  vs slicing")
+    K = kornia_ops()
+
+    # 1. gradient magnitude, the CNN-activation case
+    shape = (1000, 128, 28, 28) if not quick else (100, 128, 28, 28)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(shape, device=device, dtype=dtype)
+        out = torch.empty_like(x)
+        nb = 2 * x.numel() * x.element_size()
+        case = f"grad-mag central {tuple(shape)} {str(dtype)[6:]}"
+        base = bench(lambda: slicing_gradient_magnitude(x), rep)
+        row(case, "torch slicing (eager)", base, nb, copy_bw, base)
+        row(case, "grouped F.conv2d", bench(lambda: conv_gradient_magnitude(x), rep), nb, copy_bw, base)
+        if K:
+            row(case, "kornia spatial_gradient", bench(lambda: K["gm"](x), rep), nb, copy_bw, base)
+        row(case, "torchfilters triton", bench(lambda: tf.gradient_magnitude(x, backend="triton"), rep), nb, copy_bw, base)
+        row(case, "torchfilters triton out=", bench(lambda: tf.gradient_magnitude(x, out=out, backend="triton"), rep),
+            nb, copy_bw, base)
+        # backward alone: reads x and grad, writes grad_in
+        xr = x.clone().requires_grad_(True)
+        y = tf.gradient_magnitude(xr, backend="triton")
+        gy = torch.randn_like(y)
+        row(case + " bwd", "torchfilters triton", bench(lambda: torch.autograd.grad(y, xr, gy, retain_graph=True), rep),
+            3 * x.numel() * x.element_size(), copy_bw)
+        del x, out, xr, y, gy
+        torch.cuda.empty_cache()
+
+    # 2. selective blur forward + backward, the GAN case
+    shape = (64, 64, 64, 64) if not quick else (16, 64, 64, 64)
+    x = torch.randn(shape, device=device)
+    gy = torch.randn_like(x)
+    n4 = x.numel() * 4
+    case = f"selective_blur {tuple(shape)} f32"
+    base = bench(lambda: slicing_selective_blur(x), rep)
+    row(case + " fwd", "torch slicing (eager)", base, 2 * n4, copy_bw, base)
+    row(case + " fwd", "grouped F.conv2d", bench(lambda: conv_selective_blur(x), rep), 2 * n4, copy_bw, base)
+    if K:
+        row(case + " fwd", "kornia filter2d", bench(lambda: K["blur"](x), rep), 2 * n4, copy_bw, base)
+    row(case + " fwd", "torchfilters triton", bench(lambda: tf.selective_blur(x, 0.0, backend="triton"), rep),
+        2 * n4, copy_bw, base)
+
+    def fwd_bwd(fn):
+        def run():
+            xr = x.detach().requires_grad_(True)
+            torch.autograd.grad(fn(xr), xr, gy)
+
+        return run
+
+    base = bench(fwd_bwd(slicing_selective_blur), rep)
+    # ideal fused forward + backward: read x, write y; read x and g, write grad_in
+    nb = 5 * n4
+    row(case + " fwd+bwd", "torch slicing (eager)", base, nb, copy_bw, base)
+    row(case + " fwd+bwd", "grouped F.conv2d", bench(fwd_bwd(conv_selective_blur), rep), nb, copy_bw, base)
+    if K:
+        row(case + " fwd+bwd", "kornia filter2d", bench(fwd_bwd(K["blur"]), rep), nb, copy_bw, base)
+    row(case + " fwd+bwd", "torchfilters triton",
+        bench(fwd_bwd(lambda t: tf.selective_blur(t, 0.0, backend="triton")), rep), nb, copy_bw, base)
+    xr = x.detach().requires_grad_(True)
+    y = tf.selective_blur(xr, 0.0, backend="triton")
+    row(case + " bwd", "torchfilters triton", bench(lambda: torch.autograd.grad(y, xr, gy, retain_graph=True), rep),
+        3 * n4, copy_bw)
+    del x, gy, xr, y
+    torch.cuda.empty_cache()
+
+    # 3. Gaussian sigma = 2 (17 x 17 separable footprint)
+    shape = (32, 3, 512, 512) if not quick else (8, 3, 256, 256)
+    x = torch.randn(shape, device=device)
+    nb = 2 * x.numel() * 4
+    case = f"gaussian sigma=2 {tuple(shape)} f32"
+    base = bench(lambda: conv_gaussian(x), rep)
+    row(case, "grouped F.conv2d (2 passes)", base, nb, copy_bw)
+    if K:
+        row(case, "kornia gaussian_blur2d", bench(lambda: K["gauss"](x), rep), nb, copy_bw)
+    row(case, "torchfilters triton", bench(lambda: tf.gaussian_filter(x, 2.0, backend="triton"), rep), nb, copy_bw)
+
+
+# ------------------------------------------------------------- compile only
+
+
+def compile_only(arch: int) -> int:
+    """Compile the kernel variants the benchmark (and common calls) launch, for sm_<arch>,
+    without a GPU: Triton's front end, LLVM and its bundled ptxas, nothing launched."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        print("unset TRITON_INTERPRET for --compile-only")
+        return 2
+    import subprocess
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    T = backends.get("triton")
+    target = GPUTarget("cuda", arch, 32)
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+             torch.int32: "i32", torch.uint8: "u8"}
+    seen, failed = set(), []
+
+    class Compiler:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __getitem__(self, grid):
+            def launch(*args, num_warps=4, **kwargs):
+                values = dict(zip(self.fn.arg_names, args))
+                values.update(kwargs)
+                sig, consts = {}, {}
+                for p, name in zip(self.fn.params, self.fn.arg_names):
+                    v = values[name]
+                    if p.is_constexpr:
+                        sig[name], consts[name] = "constexpr", v
+                    elif isinstance(v, torch.Tensor):
+                        sig[name] = "*" + names[v.dtype]
+                    elif isinstance(v, bool):
+                        sig[name] = "i1"
+                    elif isinstance(v, int):
+                        sig[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
+                    else:
+                        sig[name] = "fp32"
+                key = (self.fn.__name__, tuple(sorted(sig.items())), repr(sorted(consts.items(), key=str)), num_warps)
+                if key in seen:
+                    return
+                seen.add(key)
+                what = f"{self.fn.__name__:11s} EPI={consts['EPI']} MODE={consts['MODE']} NT={consts['NT']:3d} " \
+                       f"{str(consts['ACC']):5s} x={sig['x_ptr']:6s} warps={num_warps}"
+                t0 = time.time()
+                try:
+                    k = triton.compile(ASTSource(fn=self.fn, signature=sig, constexprs=consts), target=target,
+                                       options={"num_warps": num_warps})
+                except Exception as e:  # report and go on
+                    failed.append(what)
+                    print(f"  FAILED {what}: {str(e).splitlines()[0][:300]}")
+                    return
+                with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+                    f.write(k.asm["cubin"])
+                usage = ""
+                if os.path.exists(cuobjdump):
+                    res = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True)
+                    usage = " ".join(w for w in " ".join(l for l in res.stdout.splitlines() if "REG" in l).split()
+                                     if w.split(":")[0] in ("REG", "STACK", "SHARED", "LOCAL"))
+                os.unlink(f.name)
+                print(f"  ok {what} {time.time() - t0:5.1f}s  {usage}", flush=True)
+
+            return launch
+
+    T._fwd_kernel, T._bwd_kernel = Compiler(T._fwd_kernel), Compiler(T._bwd_kernel)
+    T.available = lambda device, dtype: True  # CPU tensors carry the arguments; nothing runs
+
+    def both(fn, x):
+        xx = x.detach().requires_grad_(True)
+        y = fn(xx)
+        torch.autograd.grad(y, xx, torch.ones_like(y))
+
+    x28 = torch.randn(4, 3, 28, 28)
+    x64 = torch.randn(2, 3, 64, 64)
+    big = torch.randn(1, 1, 300, 300)
+    mask = torch.rand(2, 1, 64, 64) > 0.5
+    print(f"compiling for sm_{arch} (no launch) ...")
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        both(lambda t: tf.gradient_magnitude(t, backend="triton"), x28.to(dtype))
+        both(lambda t: tf.selective_blur(t, 0.0, backend="triton"), x64.to(dtype))
+    both(lambda t: tf.gradient_magnitude(t, operator="sobel", mode="wrap", backend="triton"), x28)
+    both(lambda t: tf.gradient(t, operator="scharr", mode="constant", cval=1.0, backend="triton"), x28)
+    both(lambda t: tf.gradient_direction(t, mode="mirror", backend="triton"), x28)
+    both(lambda t: tf.gradient_direction(t, mode="mirror", backend="triton"), x28.double())
+    both(lambda t: tf.selective_blur(t, 0.0, normalized=True, keep_border=True, backend="triton"), x64)
+    both(lambda t: tf.selective_blur(t, mask=mask, sigma=1.5, normalized=True, mode="nearest", backend="triton"), x64)
+    both(lambda t: tf.gaussian_filter(t, 2.0, backend="triton"), big)
+    both(lambda t: tf.gaussian_filter(t, 2.0, mode="nearest", backend="triton"), big.half())
+    both(lambda t: tf.gaussian_gradient_magnitude(t, 2.0, mode="constant", cval=0.5, backend="triton"), big)
+    both(lambda t: tf.correlate(t, torch.randn(5, 4), origin=(1, -1), mode="reflect", backend="triton"), x28)
+    print(f"{len(seen) - len(failed)} kernels compiled, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------- main
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--compile-only", action="store_true", help="compile the kernels for --arch; no GPU needed")
+    ap.add_argument("--arch", type=int, default=90, help="compute capability for --compile-only (default 90)")
+    ap.add_argument("--quick", action="store_true", help="smaller shapes and shorter timing")
+    args = ap.parse_args(argv)
+    if args.compile_only:
+        return compile_only(args.arch)
+    if not torch.cuda.is_available():
+        print("No CUDA device: nothing to benchmark (try --compile-only to check the kernels compile).")
+        return 0
+    T = backends.get("triton")
+    if T is None or not T.available(torch.device("cuda"), torch.float32):
+        print("The Triton engine cannot run here (is triton installed? is TRITON_INTERPRET set?).")
+        return 0
+    device = torch.device("cuda")
+    t0 = time.time()
+    print("correctness: Triton vs reference engine, forward and backward ...", flush=True)
+    failures = check_correctness(device, args.quick)
+    if failures:
+        print(f"{len(failures)} MISMATCHES -- not timing:")
+        for f in failures:
+            print("  " + f)
+        return 1
+    print(f"  all match ({time.time() - t0:.0f} s, including kernel compilation)")
+    timings(device, args.quick)
+    print(f"\ndone in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
