@@ -69,6 +69,7 @@ import numpy as np
 import torch
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .._spec import BlurSpec, FilterSpec
@@ -162,12 +163,47 @@ def _f2h(f):
     return np.uint16(o | (sign >> np.uint32(16)))
 
 
+def _prefetcher(rw):
+    @intrinsic
+    def prefetch(typingctx, ptr, idx):
+        """Hint the cache to fetch ``ptr[idx]`` (``llvm.prefetch``; rw=1: for writing)."""
+        sig = types.void(ptr, types.int64)
+
+        def codegen(context, builder, signature, args):
+            p, i = args
+            addr = builder.bitcast(builder.gep(p, [i]), ir.IntType(8).as_pointer())
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+            builder.call(fn, [addr, ir.Constant(i32, rw), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return prefetch
+
+
+_prefetch_r = _prefetcher(0)
+_prefetch_w = _prefetcher(1)
+
+
 def _ld(p, i):  # pragma: no cover - numba overload below
     raise NotImplementedError
 
 
 def _st(p, i, v):  # pragma: no cover
     raise NotImplementedError
+
+
+def _line(p):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(_line, jit_options=dict(cache=True))
+def _ol_line(p):
+    """Elements of ``p``'s type in a 64-byte cache line."""
+    n = 64 // p.dtype.bitwidth * 8
+    return lambda p: n
 
 
 def _cvt(carrier, F):  # pragma: no cover
@@ -348,6 +384,46 @@ def _load_row(d, d0, x, s0, sW, n):
 
 
 @njit(**_JIT)
+def _prefetch_block(p, base, sH, sW, nrows, ncols, W, write):
+    """Prefetch ``nrows`` rows of ``ncols`` elements (contiguous rows only; a hint per cache line):
+    the next work item's input and output, so that DRAM traffic overlaps this item's compute."""
+    if sW != 1 or nrows <= 0 or ncols <= 0:
+        return
+    if sH == W and ncols == W:  # whole rows of a contiguous plane: one run
+        ncols = nrows * W
+        nrows = 1
+    step = _line(p)
+    for r in range(nrows):
+        a = base + r * sH
+        for j in range(0, ncols + step - 1, step):
+            if write:
+                _prefetch_w(p, a + min(j, ncols - 1))
+            else:
+                _prefetch_r(p, a + min(j, ncols - 1))
+
+
+@njit(**_JIT)
+def _prefetch_item(x, o, L, P, it, it1):
+    """Prefetch forward work item ``it`` (if it exists): its input rows and output block."""
+    if it >= it1:
+        return
+    H = P[I_H]
+    W = P[I_W]
+    p0, mp, ra, rb, c0, cw = _item(P, L, it)
+    a = max(ra + P[I_EYLO], 0)
+    b = min(rb + P[I_EYHI], H)
+    ja = max(c0 + P[I_EXLO], 0)
+    jb = min(c0 + cw + P[I_EXHI], W)
+    xsH, xsW = L[R_X + 4], L[R_X + 5]
+    osH, osW = L[R_O + 4], L[R_O + 5]
+    for i in range(mp):
+        xb = _poff(L, np.int64(R_X), p0 + i)
+        _prefetch_block(x, xb + a * xsH + ja * xsW, xsH, xsW, b - a, jb - ja, W, False)
+        ob = _poff(L, np.int64(R_O), p0 + i)
+        _prefetch_block(o, ob + ra * osH + c0 * osW, osH, osW, rb - ra, cw, W, True)
+
+
+@njit(**_JIT)
 def _fill(d, d0, n, v):
     for j in range(n):
         d[d0 + j] = v
@@ -443,10 +519,10 @@ def _tile(S, S0, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, src
 
 
 @njit(**_JIT)
-def _engine(R, R0, RL, S, S0, V, V0, x, L, p0, mp, sH, sW, m, hasm, msH, msW, thr, srcmode, ra, rb, c0, cw, Ws, P,
-            Fc):
-    """Every stencil of the plan on rows ``ra .. rb`` and columns ``c0 .. c0+cw`` of the ``mp``
-    planes from ``p0`` (stacked: plane i's rows start at row ``i*(rb - ra + ey)``):
+def _engine(R, R0, RL, S, S0, V, V0, x, L, p0, mp, sH, sW, m, hasm, msH, msW, thr, srcmode, ra, rb, c0, cw, Ws,
+            ktop, P, Fc):
+    """The tile, and stencils ``0 .. ktop`` of the plan on rows ``ra .. rb`` and columns ``c0 .. c0+cw``
+    of the ``mp`` planes from ``p0`` (stacked: plane i's rows start at row ``i*(rb - ra + ey)``):
     stencil k -> ``R[R0 + k*RL + r*Ws + (j - c0)]``."""
     W = P[I_W]
     EYlo = P[I_EYLO]
@@ -466,56 +542,17 @@ def _engine(R, R0, RL, S, S0, V, V0, x, L, p0, mp, sH, sW, m, hasm, msH, msW, th
         mb = _poff(L, np.int64(R_M), p0 + i) if hasm else ZERO
         _tile(S, S0 + i * bh * Ws, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill,
               ra + EYlo, bh, i == 0, i == mp - 1, P, Fc)
-    fw = P[I_FW] - EXlo
-    ti = P[I_TAPI]
-    for k in range(P[I_K]):
+    for k in range(ktop):
         d = P[I_ST] + ST_LEN * k
         nV = P[d]
         nH = P[d + 2]
         rk = R0 + k * RL
-        two = nV > 0 and nH > 0
-        if two:
+        if nV > 0 and nH > 0:
             _pass(V, V0, S, S0, n + 2 * g, P, Fc, P[d + 1], nV, ONE, -EYlo, ZERO, ZERO, Ws, NO)
             _pass(R, rk, V, V0, n, P, Fc, P[d + 3], nH, ZERO, ZERO, ONE, cx, Ws, NO)
-            t0 = P[d + 3]
-            nt = nH
-            fx = Fc[F_ZERO]  # a padded column of the vertical pass: fill * sum(vertical taps)
-            for t in range(nV):
-                fx += Fc[F_TAPS + P[d + 1] + t] * fill
         else:
             _pass(R, rk, S, S0, n, P, Fc, P[d + 5], P[d + 4], ONE, -EYlo, ONE, cx, Ws, NO)
-            t0 = P[d + 5]
-            nt = P[d + 4]
-            fx = fill
-        # flat layout: border columns, recomputed with the column fold table
-        for f in range(P[d + 8]):
-            j = P[P[d + 9] + f]
-            for t in range(nt):
-                kk = t0 + t
-                dx = P[ti + 2 * kk + 1]
-                w = Fc[F_TAPS + kk]
-                jj = P[fw + j + dx]
-                if two:
-                    src = V
-                    base = V0 + g + jj
-                else:
-                    src = S
-                    base = S0 + g + (P[ti + 2 * kk] - EYlo) * W + jj
-                if jj >= 0:
-                    if t == 0:
-                        for r in range(ntot):
-                            R[rk + r * W + j] = w * src[base + r * W]
-                    else:
-                        for r in range(ntot):
-                            R[rk + r * W + j] += w * src[base + r * W]
-                else:
-                    wf = w * fx
-                    if t == 0:
-                        for r in range(ntot):
-                            R[rk + r * W + j] = wf
-                    else:
-                        for r in range(ntot):
-                            R[rk + r * W + j] += wf
+        _fixcols(R, rk, S, S0, V, V0, d, ntot, fill, P, Fc)
         ck = P[d + 6]
         if ck != 0 and srcmode == 0:
             c0f = P[d + 7]
@@ -529,6 +566,66 @@ def _engine(R, R0, RL, S, S0, V, V0, x, L, p0, mp, sH, sW, m, hasm, msH, msW, th
                         cr = Fc[c0f + ra + r]
                         for j in range(cw):
                             R[q + j] += cr
+
+
+@njit(**_JIT)
+def _fixcols(R, rk, S, S0, V, V0, d, ntot, fill, P, Fc):
+    """Flat layout: the border columns of stencil ``d`` (their flat taps read a neighbouring row)."""
+    for f in range(P[d + 8]):
+        _fixcol(R, rk, S, S0, V, V0, d, P[P[d + 9] + f], ntot, fill, P, Fc)
+
+
+@njit(**_JIT)
+def _fixcol(R, rk, S, S0, V, V0, d, j, ntot, fill, P, Fc):
+    """Column j of stencil ``d`` on rows ``0 .. ntot`` (flat layout), exactly: taps through the
+    column fold table."""
+    W = P[I_W]
+    EYlo = P[I_EYLO]
+    EXlo = P[I_EXLO]
+    g = P[I_EXHI] - EXlo
+    fw = P[I_FW] - EXlo
+    ti = P[I_TAPI]
+    nV = P[d]
+    two = nV > 0 and P[d + 2] > 0
+    if two:
+        t0 = P[d + 3]
+        nt = P[d + 2]
+        fx = Fc[F_ZERO]  # a padded column of the vertical pass: fill * sum(vertical taps)
+        for t in range(nV):
+            fx += Fc[F_TAPS + P[d + 1] + t] * fill
+    else:
+        t0 = P[d + 5]
+        nt = P[d + 4]
+        fx = fill
+    if nt == 0:
+        for r in range(ntot):
+            R[rk + r * W + j] = Fc[F_ZERO]
+    for t in range(nt):
+        kk = t0 + t
+        dx = P[ti + 2 * kk + 1]
+        w = Fc[F_TAPS + kk]
+        jj = P[fw + j + dx]
+        if two:
+            src = V
+            base = V0 + g + jj
+        else:
+            src = S
+            base = S0 + g + (P[ti + 2 * kk] - EYlo) * W + jj
+        if jj >= 0:
+            if t == 0:
+                for r in range(ntot):
+                    R[rk + r * W + j] = w * src[base + r * W]
+            else:
+                for r in range(ntot):
+                    R[rk + r * W + j] += w * src[base + r * W]
+        else:
+            wf = w * fx
+            if t == 0:
+                for r in range(ntot):
+                    R[rk + r * W + j] = wf
+            else:
+                for r in range(ntot):
+                    R[rk + r * W + j] += wf
 
 
 @njit(**_JIT)
@@ -598,67 +695,76 @@ def _item(P, L, it):
     return p, min(MP, L[L_N] - p), ra, min(H, ra + BR), c0, min(W - c0, CW)
 
 
-@njit(**_JIT)
-def _k_filter_fwd(xa, oa, carrier, Pa, Fa, La, it0, it1):
-    I0, NO = np.int64(0), np.bool_(False)
-    x = _ptr(xa, carrier)
-    o = _ptr(oa, carrier)
-    # raw pointers: array arguments would cost atomic refcount updates in every helper call,
-    # contended between threads
-    Fa32 = _cvt(carrier, Fa)
-    Fc = _ptr(Fa32.ctypes.data, Fa32[0])
-    P = _ptr(Pa.ctypes.data, Pa[0])
-    L = _ptr(La.ctypes.data, La[0])
-    W = P[I_W]
-    K = P[I_K]
-    epi = P[I_EPI]
-    Ws, S0, V0, R0, RL, total = _fwd_layout(P, K, P[I_BR])
-    buf = np.empty(total, Fa32.dtype)
-    B = _ptr(buf.ctypes.data, Fc[0])
-    xsH, xsW = L[R_X + 4], L[R_X + 5]
-    osK, osH, osW = L[R_O + 3], L[R_O + 4], L[R_O + 5]
-    ey = P[I_EYHI] - P[I_EYLO]
-    for it in range(it0, it1):
-        p0, mp, ra, rb, c0, cw = _item(P, L, it)
-        _engine(B, R0, RL, B, S0, B, V0, x, L, p0, mp, xsH, xsW, x, NO, I0, I0, Fc[F_ZERO], I0, ra, rb, c0, cw, Ws,
-                P, Fc)
-        nr = rb - ra
-        flat = Ws == W and cw == W and osH == W * osW
-        nseg = 1 if flat else nr
-        sl = nr * W if flat else cw
-        for sgp in range(mp * nseg):
-            pi = sgp // nseg
-            sg = sgp % nseg
-            q = R0 + (pi * (nr + ey) + sg) * Ws
-            orow = _poff(L, np.int64(R_O), p0 + pi) + c0 * osW + (ra + sg) * osH
-            if epi == EPI_STACK:
-                for k in range(K):
-                    qk = q + k * RL
-                    ok = orow + k * osK
-                    if osW == 1:
+def _make_filter_fwd(EPI):
+    """The forward kernel for one epilogue (a constant: the first call compiles only its code)."""
+
+    @njit(**_JIT)
+    def _k_filter_fwd(xa, oa, carrier, Pa, Fa, La, it0, it1):
+        I0, NO = np.int64(0), np.bool_(False)
+        x = _ptr(xa, carrier)
+        o = _ptr(oa, carrier)
+        # raw pointers: array arguments would cost atomic refcount updates in every helper call,
+        # contended between threads
+        Fa32 = _cvt(carrier, Fa)
+        Fc = _ptr(Fa32.ctypes.data, Fa32[0])
+        P = _ptr(Pa.ctypes.data, Pa[0])
+        L = _ptr(La.ctypes.data, La[0])
+        W = P[I_W]
+        K = P[I_K]
+        epi = EPI
+        Ws, S0, V0, R0, RL, total = _fwd_layout(P, K, P[I_BR])
+        buf = np.empty(total, Fa32.dtype)
+        B = _ptr(buf.ctypes.data, Fc[0])
+        xsH, xsW = L[R_X + 4], L[R_X + 5]
+        osK, osH, osW = L[R_O + 3], L[R_O + 4], L[R_O + 5]
+        ey = P[I_EYHI] - P[I_EYLO]
+        for it in range(it0, it1):
+            p0, mp, ra, rb, c0, cw = _item(P, L, it)
+            _prefetch_item(x, o, L, P, it + 1, it1)
+            _engine(B, R0, RL, B, S0, B, V0, x, L, p0, mp, xsH, xsW, x, NO, I0, I0, Fc[F_ZERO], I0, ra, rb, c0, cw, Ws,
+                    K, P, Fc)
+            nr = rb - ra
+            flat = Ws == W and cw == W and osH == W * osW
+            nseg = 1 if flat else nr
+            sl = nr * W if flat else cw
+            for sgp in range(mp * nseg):
+                pi = sgp // nseg
+                sg = sgp % nseg
+                q = R0 + (pi * (nr + ey) + sg) * Ws
+                orow = _poff(L, np.int64(R_O), p0 + pi) + c0 * osW + (ra + sg) * osH
+                if epi == EPI_STACK:
+                    for k in range(K):
+                        qk = q + k * RL
+                        ok = orow + k * osK
+                        if osW == 1:
+                            for j in range(sl):
+                                _st(o, ok + j, B[qk + j])
+                        else:
+                            for j in range(sl):
+                                _st(o, ok + j * osW, B[qk + j])
+                elif epi == EPI_MAG:
+                    if K == 2 and osW == 1:
                         for j in range(sl):
-                            _st(o, ok + j, B[qk + j])
+                            a = B[q + j]
+                            b = B[q + RL + j]
+                            _st(o, orow + j, math.sqrt(a * a + b * b))
                     else:
                         for j in range(sl):
-                            _st(o, ok + j * osW, B[qk + j])
-            elif epi == EPI_MAG:
-                if K == 2 and osW == 1:
+                            a = B[q + j]
+                            s = a * a
+                            for k in range(1, K):
+                                b = B[q + k * RL + j]
+                                s += b * b
+                            _st(o, orow + j * osW, math.sqrt(s))
+                else:  # direction: atan2(y0, y1)
                     for j in range(sl):
-                        a = B[q + j]
-                        b = B[q + RL + j]
-                        _st(o, orow + j, math.sqrt(a * a + b * b))
-                else:
-                    for j in range(sl):
-                        a = B[q + j]
-                        s = a * a
-                        for k in range(1, K):
-                            b = B[q + k * RL + j]
-                            s += b * b
-                        _st(o, orow + j * osW, math.sqrt(s))
-            else:  # direction: atan2(y0, y1)
-                for j in range(sl):
-                    _st(o, orow + j * osW, _atan2(B[q + j], B[q + RL + j]))
-    return buf.size + Fa32.size + Pa.size + La.size
+                        _st(o, orow + j * osW, _atan2(B[q + j], B[q + RL + j]))
+        return buf.size + Fa32.size + Pa.size + La.size
+
+    return _k_filter_fwd
+
+
+_K_FILTER_FWD = {e: _make_filter_fwd(e) for e in (EPI_STACK, EPI_MAG, EPI_DIR)}
 
 
 @njit(**_JIT)
@@ -691,14 +797,15 @@ def _k_blur_fwd(xa, ma, oa, carrier, Pa, Fa, La, thr, it0, it1):
     ey = P[I_EYHI] - EYlo
     for it in range(it0, it1):
         p0, mp, ra, rb, c0, cw = _item(P, L, it)
+        _prefetch_item(x, o, L, P, it + 1, it1)
         if norm:
             _engine(B, R0, RL, B, S0, B, V0, x, L, p0, mp, xsH, xsW, m, hasm, msH, msW, thr_c, I2, ra, rb, c0, cw, Ws,
-                    P, Fc)
+                    I1, P, Fc)
             _engine(B, R0 + RL, RL, B, S0, B, V0, x, L, p0, mp, xsH, xsW, m, hasm, msH, msW, thr_c, I1, ra, rb, c0, cw,
-                    Ws, P, Fc)
+                    Ws, I1, P, Fc)
         else:
             _engine(B, R0, RL, B, S0, B, V0, x, L, p0, mp, xsH, xsW, m, hasm, msH, msW, thr_c, I0, ra, rb, c0, cw, Ws,
-                    P, Fc)
+                    I1, P, Fc)
         nr = rb - ra
         flat = (Ws == W and cw == W and osH == W * osW and xsH == W * xsW and (not hasm or msH == W * msW)
                 and not keepb)
@@ -893,13 +1000,12 @@ def _segment(P, NB, H, u0, u1, sgi):
 
 
 @njit(**_JIT)
-def _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH, gsW, pa, pb, P, Fc):
+def _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH, gsW, pa, pb, epi, P, Fc):
     """Incoming gradient of each stencil (zero outside the image) on rows ``pa-EYhi .. pb-EYlo``."""
     I0, I1, NO = np.int64(0), np.int64(1), np.bool_(False)
     H = P[I_H]
     W = P[I_W]
     K = P[I_K]
-    epi = P[I_EPI]
     g = P[I_EXHI] - P[I_EXLO]
     za = pa - P[I_EYHI]
     zb = pb - P[I_EYLO]
@@ -910,7 +1016,7 @@ def _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH
     if ib <= ia:
         return
     if epi != EPI_STACK:
-        _engine(B, R0, RL, B, S0, B, V0, x, L, p, I1, xsH, xsW, x, NO, I0, I0, zero, I0, ia, ib, I0, W, Ws, P, Fc)
+        _engine(B, R0, RL, B, S0, B, V0, x, L, p, I1, xsH, xsW, x, NO, I0, I0, zero, I0, ia, ib, I0, W, Ws, K, P, Fc)
     flat = Ws == W and gsH == W * gsW
     nr = ib - ia
     nseg = 1 if flat else nr
@@ -969,44 +1075,52 @@ def _store_rows(o, ob, osH, osW, B, A0, u0, u1, W):
                 _st(o, orow + j * osW, B[a0 + j])
 
 
-@njit(**_JIT)
-def _k_filter_bwd(ga, xa, oa, carrier, Pa, Fa, La, it0, it1):
-    gp = _ptr(ga, carrier)
-    x = _ptr(xa, carrier)
-    o = _ptr(oa, carrier)
-    Fa32 = _cvt(carrier, Fa)
-    Fc = _ptr(Fa32.ctypes.data, Fa32[0])
-    P = _ptr(Pa.ctypes.data, Pa[0])
-    L = _ptr(La.ctypes.data, La[0])
-    H = P[I_H]
-    W = P[I_W]
-    K = P[I_K]
-    BR = P[I_BR]
-    NB = P[I_NB]
-    Ws, ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, K, BR)
-    buf = np.empty(total, Fa32.dtype)
-    B = _ptr(buf.ctypes.data, Fc[0])
-    xsH, xsW = L[R_X + 4], L[R_X + 5]
-    gsK, gsH, gsW = L[R_G + 3], L[R_G + 4], L[R_G + 5]
-    osH, osW = L[R_O + 4], L[R_O + 5]
-    nseg = 1 if NB == 1 else 1 + P[I_EYHI] - P[I_EYLO]
-    for it in range(it0, it1):
-        p = it // NB
-        u0 = (it % NB) * BR
-        u1 = min(H, u0 + BR)
-        xb = _poff(L, np.int64(R_X), p)
-        gb = _poff(L, np.int64(R_G), p)
-        ob = _poff(L, np.int64(R_O), p)
-        _fill(B, A0, (u1 - u0) * W, Fc[F_ZERO])
-        for sgi in range(nseg):
-            pa, pb = _segment(P, NB, H, u0, u1, sgi)
-            if pb <= pa:
-                continue
-            _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH, gsW, pa, pb, P, Fc)
-            _adjoint(B, G0, Z0, ZL, U0, E0, pb - pa, Ws, P, Fc)
-            _unpad(B, A0, u0, u1, G0, pa, pb - pa, Ws, P)
-        _store_rows(o, ob, osH, osW, B, A0, u0, u1, W)
-    return buf.size + Fa32.size + Pa.size + La.size
+def _make_filter_bwd(EPI):
+    """The backward kernel for one epilogue."""
+
+    @njit(**_JIT)
+    def _k_filter_bwd(ga, xa, oa, carrier, Pa, Fa, La, it0, it1):
+        gp = _ptr(ga, carrier)
+        x = _ptr(xa, carrier)
+        o = _ptr(oa, carrier)
+        Fa32 = _cvt(carrier, Fa)
+        Fc = _ptr(Fa32.ctypes.data, Fa32[0])
+        P = _ptr(Pa.ctypes.data, Pa[0])
+        L = _ptr(La.ctypes.data, La[0])
+        H = P[I_H]
+        W = P[I_W]
+        K = P[I_K]
+        BR = P[I_BR]
+        NB = P[I_NB]
+        Ws, ZL, RL, Z0, S0, V0, R0, U0, G0, E0, A0, total = _bwd_layout(P, K, BR)
+        buf = np.empty(total, Fa32.dtype)
+        B = _ptr(buf.ctypes.data, Fc[0])
+        xsH, xsW = L[R_X + 4], L[R_X + 5]
+        gsK, gsH, gsW = L[R_G + 3], L[R_G + 4], L[R_G + 5]
+        osH, osW = L[R_O + 4], L[R_O + 5]
+        nseg = 1 if NB == 1 else 1 + P[I_EYHI] - P[I_EYLO]
+        for it in range(it0, it1):
+            p = it // NB
+            u0 = (it % NB) * BR
+            u1 = min(H, u0 + BR)
+            xb = _poff(L, np.int64(R_X), p)
+            gb = _poff(L, np.int64(R_G), p)
+            ob = _poff(L, np.int64(R_O), p)
+            _fill(B, A0, (u1 - u0) * W, Fc[F_ZERO])
+            for sgi in range(nseg):
+                pa, pb = _segment(P, NB, H, u0, u1, sgi)
+                if pb <= pa:
+                    continue
+                _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH, gsW, pa, pb, EPI, P, Fc)
+                _adjoint(B, G0, Z0, ZL, U0, E0, pb - pa, Ws, P, Fc)
+                _unpad(B, A0, u0, u1, G0, pa, pb - pa, Ws, P)
+            _store_rows(o, ob, osH, osW, B, A0, u0, u1, W)
+        return buf.size + Fa32.size + Pa.size + La.size
+
+    return _k_filter_bwd
+
+
+_K_FILTER_BWD = {e: _make_filter_bwd(e) for e in (EPI_STACK, EPI_MAG, EPI_DIR)}
 
 
 @njit(**_JIT)
@@ -1028,7 +1142,8 @@ def _blur_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xb, xsH, xsW, m, mb, msH, ms
     if ib <= ia:
         return
     if norm:
-        _engine(B, R0, RL, B, S0, B, V0, x, L, p, I1, xsH, xsW, m, hasm, msH, msW, thr, I1, ia, ib, I0, W, Ws, P, Fc)
+        _engine(B, R0, RL, B, S0, B, V0, x, L, p, I1, xsH, xsW, m, hasm, msH, msW, thr, I1, ia, ib, I0, W, Ws, I1, P,
+                Fc)
     flat = Ws == W and gsH == W * gsW and xsH == W * xsW and (not hasm or msH == W * msW) and not keepb
     nr = ib - ia
     nseg = 1 if flat else nr
@@ -1492,7 +1607,7 @@ def filter_forward(x, spec: FilterSpec, out=None):
     o = _alloc(spec.out_shape(x.shape), x.dtype) if out is None else out
     ok = o.dim() == x.dim() + 1
     x, o2, _, _, L, tmp = _prepare(x, o, ok)
-    _launch(_k_filter_fwd, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
+    _launch(_K_FILTER_FWD[info[1]], (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
             nitems, nt, _small(N, H, W))
     if tmp:
         o.copy_(o2)
@@ -1513,7 +1628,7 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
     o = _alloc(x.shape, x.dtype) if out is None else out
     gk = grad.dim() == x.dim() + 1
     x, o2, grad, _, L, tmp = _prepare(x, o, False, grad, gk)
-    _launch(_k_filter_bwd, (grad.data_ptr(), x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
+    _launch(_K_FILTER_BWD[info[1]], (grad.data_ptr(), x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
             nitems, nt, _small(N, H, W))
     if tmp:
         o.copy_(o2)
