@@ -2,53 +2,61 @@
 
 CUDA tensors of float16 / bfloat16 / float32 / float64 (and CPU tensors under
 ``TRITON_INTERPRET=1``, which is how CI tests this file).  Same interface as
-:mod:`.reference`, which is the oracle.
+:mod:`.reference`, which is the oracle (its NaN, zero-tap, threshold and
+keep-border rules included).
 
 Design
 ------
 *Operators are data.*  A spec (:mod:`torchfilters._spec`) is lowered on the
-host, once per ``(spec, H, W, dtype, device[, threshold])``, to
+host, once per ``(spec, H, W, dtype, device[, threshold])``, to small device
+tables plus constexprs:
 
-* a **footprint**: the union of the (at most two) stencils' taps, as offsets
-  ``(dy, dx)`` with one weight per stencil, ordered *taps of stencil 0 only*,
-  *taps of both*, *taps of stencil 1 only* (so a tap never multiplies a NaN
-  into a stencil it does not belong to).  A ``sep`` stencil becomes the outer
-  product of its passes (zero taps dropped, as the reference skips them); a
-  ``dense`` one keeps every tap (zeros included, as ``conv2d`` does);
+* a **forward footprint**: the union of the (at most two) stencils' taps as
+  offsets ``(dy, dx)`` with one weight per stencil, ordered *stencil 0 only*,
+  *both*, *stencil 1 only* (a tap never multiplies a NaN into a stencil it is
+  not part of).  A ``sep`` stencil is the outer product of its passes, zero
+  taps kept (SciPy's 1-D passes multiply every tap); a ``dense`` one drops its
+  zero taps (SciPy's 2-D correlate);
+* an **adjoint footprint**: the same without zero weights (the reference's
+  adjoint skips them);
 * **constant-mode corrections** for two-pass ``sep`` stencils: SciPy pads the
-  *outer* pass with ``cval``, not with the inner pass applied to ``cval``
-  rows; the outer product gives ``wB * cval * sum(wA)`` for a tap whose outer
-  coordinate is outside the image where SciPy has ``wB * cval``, so a 1-D term
+  *outer* pass with ``cval``, not with the inner pass of ``cval`` rows; the
+  outer product gives ``wB * cval * sum(wA)`` for a tap whose outer coordinate
+  is outside where SciPy has ``wB * cval``, so a 1-D term
   ``cval * (1 - sum(wA)) * wB`` is added along the outer axis;
-* **preimage slots** for the backward: per axis, the padded positions ``j``
-  that fold back onto an image position ``p`` other than ``p`` itself, grouped
-  in families ``j = alpha * p + beta`` valid on a ``p`` interval.
+* **preimage slots** (:func:`_slots`) for the backward: per axis, the padded
+  positions ``j`` outside the image and the pixel ``p = fold(j)`` they copy,
+  as bands ``j = A p + B`` over a ``p`` interval, or (nearest mode) runs of
+  ``j`` all folding onto one edge pixel.
 
-The forward kernel evaluates the footprint on a 2-D tile (rows x cols), folding
-*1-D* row and column index vectors per tap (reflect / mirror / nearest / wrap /
-constant, any radius, 1x1 images) -- no padding copies -- and applies the
-epilogue (``stack``, ``magnitude``, ``direction``, selective-blur ``blend`` /
-``normalized``).  One program handles ``BP`` planes of small images (28x28:
-several planes per program) or one 2-D tile of a large image (halo reads come
-from L1/L2).
+The forward kernel evaluates the footprint on a ``[planes, rows, cols]`` tile,
+folding 1-D row and column index vectors per tap (reflect / mirror / nearest /
+wrap / constant, any radius, 1x1 images) -- no padding copies, no
+temporaries -- and applies the epilogue (``stack``, ``magnitude``,
+``direction``, selective-blur ``blend`` / ``normalized``).  Small planes
+(28x28) put several planes in one program; large images use 2-D tiles whose
+halo reads hit L1/L2.  Unrolled taps (up to 32) have constant offsets.
 
-The backward kernel is the adjoint, gathered (no atomics): for an input pixel
-``p`` it sums ``w_t * u(q)`` over taps ``t`` and every ``q`` with
+The backward kernel is the adjoint, gathered (no atomics, one store): for an
+input pixel ``p`` it sums ``w_t * u(q)`` over taps ``t`` and every ``q`` with
 ``fold(q + d_t) = p``.  The main term is ``q = p - d_t`` (the correlation of
-``u`` with the flipped footprint); border pixels get the extra preimages,
-evaluated on small bands (a few rows / columns) and added into the register
-tile with ``tl.gather`` -- one rounding, one store.  ``u`` is the upstream
-gradient of each stencil: ``grad`` for ``stack``, ``g * y_k / |y|`` (0 where
-``|y| = 0``) for ``magnitude``, ``(g*y1, -g*y0) / |y|^2`` for ``direction``,
-``w * g`` for ``blend``, ``use * g / blur(m)`` for ``normalized``, recomputed
-from ``x`` at each neighbour.  For large footprints (``NT`` taps, where the
-per-neighbour recompute would cost ``NT**2``) ``u`` is first written by the
-forward kernel to a float32 buffer and the backward reads it (two kernels,
-linear cost).
+``u`` with the flipped footprint); border pixels add the other preimages,
+evaluated on bands of a few rows / columns and placed into the register tile
+with ``tl.gather``.  ``u`` is each stencil's upstream gradient: ``grad`` for
+``stack``, ``g y_k / |y|`` (0 where ``|y| = 0``) for ``magnitude``,
+``g (y1, -y0) / |y|^2`` for ``direction``, ``w g`` for ``blend`` and
+``use g / blur(m)`` for ``normalized``, recomputed from ``x`` at each
+neighbour.  Past ``_RECOMPUTE_MAX`` taps that recompute would cost ``NT**2``,
+so the forward kernel first writes ``u`` to a float32 buffer and the backward
+reads it (two launches, linear cost).
 
 Arithmetic is float32 for 16/32-bit inputs and float64 for float64, with
-``sqrt_rn`` / ``div_rn`` (IEEE) and an own ``atan2`` (Cephes polynomials; the
-interpreter has no libdevice).
+``sqrt_rn`` / ``div_rn`` and an own ``atan2`` (Cephes polynomials; the
+interpreter has no libdevice).  Device code uses Triton builtins only (no
+``triton.language`` ``@jit`` helpers such as ``tl.zeros``/``tl.sum``), so the
+module can be re-imported in interpreter mode after ``triton`` was imported.
+``benchmarks/gpu.py --compile-only`` compiles every variant for sm_90 without
+a GPU.
 """
 
 from __future__ import annotations
