@@ -404,7 +404,7 @@ def _prefetch_block(p, base, sH, sW, nrows, ncols, W, write):
 
 @njit(**_JIT)
 def _prefetch_item(x, o, L, P, it, it1):
-    """Prefetch forward work item ``it`` (if it exists): its input rows and output block."""
+    """Prefetch the input rows of forward work item ``it`` (if it exists)."""
     if it >= it1:
         return
     H = P[I_H]
@@ -415,12 +415,9 @@ def _prefetch_item(x, o, L, P, it, it1):
     ja = max(c0 + P[I_EXLO], 0)
     jb = min(c0 + cw + P[I_EXHI], W)
     xsH, xsW = L[R_X + 4], L[R_X + 5]
-    osH, osW = L[R_O + 4], L[R_O + 5]
-    for i in range(mp):
+    for i in range(mp):  # (prefetching the output for writing measured no gain)
         xb = _poff(L, np.int64(R_X), p0 + i)
         _prefetch_block(x, xb + a * xsH + ja * xsW, xsH, xsW, b - a, jb - ja, W, False)
-        ob = _poff(L, np.int64(R_O), p0 + i)
-        _prefetch_block(o, ob + ra * osH + c0 * osW, osH, osW, rb - ra, cw, W, True)
 
 
 @njit(**_JIT)
