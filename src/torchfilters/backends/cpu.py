@@ -276,8 +276,9 @@ I_PAD, I_CW, I_NC, I_MP = 23, 24, 25, 26
 I_HDR = 32
 # per stencil: nV, v0, nH, h0 (two-phase: vertical then horizontal taps), nD, d0
 # (one-phase taps), corr kind (0 / 1 per column / 2 per row), corr offset in F,
-# number and offset of the forward border columns
-ST_LEN = 10
+# number and offset of the forward border columns, and the number of non-zero
+# taps of each list (they come first; the adjoint uses only those)
+ST_LEN = 13
 
 # F: [cval, 0, 1, threshold (set per call), taps..., corrections...]
 F_CVAL, F_ZERO, F_ONE, F_THR, F_TAPS = 0, 1, 2, 3, 4
@@ -890,19 +891,17 @@ def _adjoint(B, G0, Z0, ZL, U0, E0, npr, Ws, P, Fc):
     ONE, ZERO, NO = np.int64(1), np.int64(0), np.bool_(False)
     for k in range(P[I_K]):
         d = P[I_ST] + ST_LEN * k
-        nV = P[d]
-        nH = P[d + 2]
         zk = Z0 + k * ZL
-        two = nV > 0 and nH > 0
+        two = P[d] > 0 and P[d + 2] > 0
         if two:
-            _pass(B, U0, B, zk, n + 2 * g, P, Fc, P[d + 1], nV, -ONE, EYhi, ZERO, ZERO, Ws, NO)
-            _pass(B, G0, B, U0, n, P, Fc, P[d + 3], nH, ZERO, ZERO, -ONE, cx, Ws, k > 0)
+            _pass(B, U0, B, zk, n + 2 * g, P, Fc, P[d + 1], P[d + 10], -ONE, EYhi, ZERO, ZERO, Ws, NO)
+            _pass(B, G0, B, U0, n, P, Fc, P[d + 3], P[d + 11], ZERO, ZERO, -ONE, cx, Ws, k > 0)
             t0 = P[d + 3]
-            nt = nH
+            nt = P[d + 11]
         else:
-            _pass(B, G0, B, zk, n, P, Fc, P[d + 5], P[d + 4], -ONE, EYhi, -ONE, cx, Ws, k > 0)
+            _pass(B, G0, B, zk, n, P, Fc, P[d + 5], P[d + 12], -ONE, EYhi, -ONE, cx, Ws, k > 0)
             t0 = P[d + 5]
-            nt = P[d + 4]
+            nt = P[d + 12]
         # flat layout: border columns, the exact sum over every padded column folding onto them
         e = P[I_BX]
         for f in range(nfix):
@@ -1268,7 +1267,8 @@ _lay_cache: dict = {}
 
 def _norm_stencil(st):
     """Stencil -> (vt, ht, dt, passes): tap lists of (dy, dx, w) for a two-phase
-    separable stencil (vt then ht) or a one-phase one (dt); None if unsupported."""
+    separable stencil (vt then ht) or a one-phase one (dt); None if unsupported.
+    Dense kernels leave zero weights out of the footprint (SciPy's 2-D correlate)."""
     if st.kind == "dense":
         ly, lx = st.lo
         dt = [(ly + a, lx + b, float(w)) for a, row in enumerate(st.taps) for b, w in enumerate(row) if w != 0.0]
@@ -1282,16 +1282,15 @@ def _norm_stencil(st):
         return None  # not produced by the builders: the reference engine runs it
 
     def taps(p):
-        if p.axis == -2:
-            return [(p.lo + a, 0, float(w)) for a, w in enumerate(p.taps) if w != 0.0]
-        return [(0, p.lo + b, float(w)) for b, w in enumerate(p.taps) if w != 0.0]
+        # 1-D passes multiply every tap, zeros too (a NaN under a 0 tap is NaN, as in SciPy's
+        # correlate1d); the zero taps go last: the adjoint skips them (as the reference does)
+        t = [(p.lo + i, 0, float(w)) if p.axis == -2 else (0, p.lo + i, float(w)) for i, w in enumerate(p.taps)]
+        return [u for u in t if u[2] != 0.0] + [u for u in t if u[2] == 0.0]
 
     if len(passes) == 1:
         return [], [], taps(passes[0]), passes
     vp, hp = (passes[0], passes[1]) if passes[0].axis == -2 else (passes[1], passes[0])
     vt, ht = taps(vp), taps(hp)
-    if not vt or not ht:
-        return [], [], [], passes
     if vt == [(0, 0, 1.0)]:
         return [], [], ht, passes
     if ht == [(0, 0, 1.0)]:
@@ -1302,8 +1301,9 @@ def _norm_stencil(st):
 def _info(spec):
     """Per-spec data that does not depend on the image size (cached by value: the
     eager path builds a fresh, equal spec on every call)."""
+    key = (spec, math.copysign(1.0, spec.cval))  # -0.0 == 0.0, but SciPy keeps the sign
     try:
-        return _info_cache[spec]
+        return _info_cache[key]
     except KeyError:
         pass
     if isinstance(spec, FilterSpec):
@@ -1327,7 +1327,7 @@ def _info(spec):
             info = (norm, epi, spec.mode, float(spec.cval), (eylo, eyhi, exlo, exhi), keep, bext)
     if len(_info_cache) > 4096:
         _info_cache.clear()
-    _info_cache[spec] = info
+    _info_cache[key] = info
     return info
 
 
@@ -1414,6 +1414,7 @@ def _plan(info, H, W, blocking):
         lo, hi = (min(dxs), max(dxs)) if dxs else (0, 0)
         cols = [] if pad else [j for j in range(W) if j + lo < 0 or j + hi > W - 1]
         d += [len(cols), p_fix0 + len(fix)]
+        d += [sum(1 for t in lst if t[2] != 0.0) for lst in (vt, ht, dt)]
         fix += cols
         bcols.update(j for j in range(W) if j - hi < 0 or j - lo > W - 1)
         st += d
@@ -1633,8 +1634,16 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
 
 
 def _threshold(x, threshold):
-    # compared in the compute dtype, as the reference (a float32 tensor vs a Python float)
-    return float(threshold) if x.dtype == torch.float64 else float(np.float32(threshold))
+    """``x >= threshold`` as torch compares a tensor with a Python float: in the input's own
+    dtype (the threshold rounded to it); exact in float64, where the kernel compares."""
+    dt = x.dtype
+    if dt == torch.float64:
+        return float(threshold)
+    if dt == torch.float32:
+        return float(np.float32(threshold))
+    if dt == torch.float16:
+        return float(np.float16(threshold))
+    return float(torch.tensor(threshold, dtype=dt))
 
 
 def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
