@@ -223,7 +223,7 @@ def test_low_precision_dtypes(T, dtype):
 def small_tiles(T):
     """4x4 tiles, four planes per program (one group, not full): several tiles per image,
     bands cut by tiles."""
-    old = T.set_tile_limits(max_bw=4, max_elems=64, max_bp=4)
+    old = T.set_tile_limits(max_bw=4, max_elems=64, max_bp=4, bwd_elems=64)
     yield
     T.set_tile_limits(**old)
 

@@ -62,6 +62,7 @@ a GPU.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import math
 import os
@@ -101,13 +102,15 @@ _UNROLL_MAX = 32
 _RECOMPUTE_MAX = 12
 
 # tile limits (tests shrink them to exercise multi-tile paths)
-_TILE = {"max_bw": 64, "max_elems": 1024, "max_bp": 8}
+# (the backward's tiles are larger: its border bands cost per program, so more planes / rows
+# per program amortise them)
+_TILE = {"max_bw": 64, "max_elems": 1024, "max_bp": 8, "bwd_elems": 2048}
 
 
-def set_tile_limits(max_bw: Optional[int] = None, max_elems: Optional[int] = None, max_bp: Optional[int] = None):
+def set_tile_limits(max_bw=None, max_elems=None, max_bp=None, bwd_elems=None):
     """Override tile limits (powers of two); returns the previous ones.  For tests."""
     old = dict(_TILE)
-    for k, v in (("max_bw", max_bw), ("max_elems", max_elems), ("max_bp", max_bp)):
+    for k, v in (("max_bw", max_bw), ("max_elems", max_elems), ("max_bp", max_bp), ("bwd_elems", bwd_elems)):
         if v is not None:
             _TILE[k] = int(v)
     _PLANS.clear()
@@ -840,13 +843,18 @@ class _Plan(NamedTuple):
     SX: int
     BBY: int
     BBX: int
-    BP: int
-    BH: int
-    BW: int
-    n_th: int
-    n_tw: int
-    warps: int
+    fwd: tuple  # (BP, BH, BW, n_th, n_tw, warps) of the forward kernel
+    bwd: tuple  # ... of the backward kernel
     recompute: bool
+
+
+def _tiling(H, W, NP, elems):
+    """``(BP, BH, BW, n_th, n_tw, warps)``: tiles of about ``elems`` elements, 4 per thread."""
+    BW = min(_np2(W), _TILE["max_bw"])
+    BH = min(_np2(H), max(1, elems // BW))
+    BP = max(1, min(_TILE["max_bp"], elems // (BH * BW), _np2(NP)))
+    warps = max(1, min(8, BP * BH * BW // 128))
+    return BP, BH, BW, -(-H // BH), -(-W // BW), warps
 
 
 _PLANS: dict = {}
@@ -925,14 +933,12 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
     sy = _slots(H, min(dys2), max(dys2), mode)  # preimages of the adjoint footprint
     sx = _slots(W, min(dxs2), max(dxs2), mode)
 
-    # tiles
-    BW = min(_np2(W), _TILE["max_bw"])
-    BH = min(_np2(H), max(1, _TILE["max_elems"] // BW))
-    BP = max(1, min(_TILE["max_bp"], _TILE["max_elems"] // (BH * BW), _np2(NP)))
-    BBY = min(_np2(max([b - a + 1 for _, _, a, b, _ in sy], default=1)), BH)
-    BBX = min(_np2(max([b - a + 1 for _, _, a, b, _ in sx], default=1)), BW)
-    n_th, n_tw = -(-H // BH), -(-W // BW)
-    warps = max(1, min(8, BP * BH * BW // 128))  # about 4 elements per thread
+    fwd_tiles = _tiling(H, W, NP, _TILE["max_elems"])
+    # (large unrolled adjoint footprints keep the forward's tile: registers)
+    bwd_tiles = _tiling(H, W, NP, _TILE["bwd_elems"] if NT2 <= 12 else _TILE["max_elems"])
+    BH2, BW2 = bwd_tiles[1], bwd_tiles[2]
+    BBY = min(_np2(max([b - a + 1 for _, _, a, b, _ in sy], default=1)), BH2)
+    BBX = min(_np2(max([b - a + 1 for _, _, a, b, _ in sx], default=1)), BW2)
 
     # ip: dy, dx, corr. rows, corr. cols, dy2, dx2, row slots, col slots
     # fp: w0, w1, corr. rows (2 x), corr. cols (2 x), cval, threshold, w0b, w1b
@@ -950,7 +956,7 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
         NT2=NT2, NA2=NA2, NB2=NB2, UNROLL2=unroll2,
         DY2=tuple(dys2) if unroll2 else (), DX2=tuple(dxs2) if unroll2 else (),
     )
-    plan = _Plan(ip, fp, ce, NT, ext, len(sy), len(sx), BBY, BBX, BP, BH, BW, n_th, n_tw, warps,
+    plan = _Plan(ip, fp, ce, NT, ext, len(sy), len(sx), BBY, BBX, fwd_tiles, bwd_tiles,
                  recompute=NT <= _RECOMPUTE_MAX)
     _PLANS[key] = plan
     if len(_PLANS) > 512:
@@ -1018,13 +1024,15 @@ def _launch_fwd(plan, x, mask, grad, out, epi, keep_border, NP, H, W):
     else:
         o_sk = 0
         o3 = _planes(out)
-    grid = (-(-NP // plan.BP) * plan.n_th * plan.n_tw,)
+    BP, BH, BW, n_th, n_tw, warps = plan.fwd
+    grid = (-(-NP // BP) * n_th * n_tw,)
     by0, by1, bx0, bx1 = plan.ext
-    _fwd_kernel[grid](
-        *x3, *m3, *g3, *o3, o_sk, plan.ip, plan.fp, NP, H, W, plan.n_th, plan.n_tw, by0, by1, bx0, bx1,
-        **plan.ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border, EPI=epi,
-        BP=plan.BP, BH=plan.BH, BW=plan.BW, num_warps=plan.warps,
-    )
+    with _device(x):
+        _fwd_kernel[grid](
+            *x3, *m3, *g3, *o3, o_sk, plan.ip, plan.fp, NP, H, W, n_th, n_tw, by0, by1, bx0, bx1,
+            **plan.ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border, EPI=epi,
+            BP=BP, BH=BH, BW=BW, num_warps=warps,
+        )
     LAUNCHES["fwd"] += 1
 
 
@@ -1050,16 +1058,23 @@ def _launch_bwd(plan, x, mask, grad, u, out, epi, keep_border, NP, H, W):
         g3 = _planes(grad)
         u3, u_sk = g3, 0
     o3 = _planes(out)
-    grid = (-(-NP // plan.BP) * plan.n_th * plan.n_tw,)
+    BP, BH, BW, n_th, n_tw, warps = plan.bwd
+    grid = (-(-NP // BP) * n_th * n_tw,)
     by0, by1, bx0, bx1 = plan.ext
-    _bwd_kernel[grid](
-        *x3, *m3, *g3, *u3, u_sk, *o3, plan.ip, plan.fp, NP, H, W, plan.n_th, plan.n_tw,
-        by0, by1, bx0, bx1, plan.SY, plan.SX,
-        **plan.ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border, EPI=epi, USRC=usrc,
-        BP=plan.BP, BH=plan.BH, BW=plan.BW, BBY=plan.BBY, BBX=plan.BBX, EXTRAS=plan.SY + plan.SX > 0,
-        num_warps=plan.warps,
-    )
+    with _device(x):
+        _bwd_kernel[grid](
+            *x3, *m3, *g3, *u3, u_sk, *o3, plan.ip, plan.fp, NP, H, W, n_th, n_tw,
+            by0, by1, bx0, bx1, plan.SY, plan.SX,
+            **plan.ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border, EPI=epi, USRC=usrc,
+            BP=BP, BH=BH, BW=BW, BBY=plan.BBY, BBX=plan.BBX, EXTRAS=plan.SY + plan.SX > 0,
+            num_warps=warps,
+        )
     LAUNCHES["bwd"] += 1
+
+
+def _device(x):
+    """Launch on ``x``'s GPU (Triton launches on the current device and its current stream)."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
 
 
 def _result(out, shape, x):
