@@ -375,6 +375,24 @@ def _pass(d, d0, s, s0, n, P, Fc, t0, nt, sy, cy, sx, cx, W, acc):
 
 
 @njit(**_JIT)
+def _load_chk(d, d0, x, s0, sW, n):
+    """``_load_row`` that also returns 0 when every value is finite, else 1 (an integer OR
+    reduction: it vectorises, a floating-point sum would not without fastmath)."""
+    bad = np.int32(0)
+    if sW == 1:
+        for j in range(n):
+            v = _ld(x, s0 + j)
+            d[d0 + j] = v
+            bad |= np.int32(v - v != 0)
+    else:
+        for j in range(n):
+            v = _ld(x, s0 + j * sW)
+            d[d0 + j] = v
+            bad |= np.int32(v - v != 0)
+    return bad
+
+
+@njit(**_JIT)
 def _load_row(d, d0, x, s0, sW, n):
     if sW == 1:
         for j in range(n):
@@ -447,19 +465,23 @@ def _written(mm, keepb, rowin, j, bj0, bj1):
 
 @njit(**_JIT)
 def _src_seg(S, d0, x, xa, sW, m, ma, msW, hasm, thr, srcmode, n, Fc):
-    """n samples from x (srcmode 0), of the mask (1) or where(mask, x, 0) (2)."""
+    """n samples from x (srcmode 0), of the mask (1) or where(mask, x, 0) (2); returns 0 when
+    they are all finite (else 1)."""
     if srcmode == 0:
-        _load_row(S, d0, x, xa, sW, n)
-        return
+        return _load_chk(S, d0, x, xa, sW, n)
     zero = Fc[F_ZERO]
     one = Fc[F_ONE]
+    bad = np.int32(0)
     for j in range(n):
         xv = _ld(x, xa + j * sW)
         mm = _mask_at(xv, m, ma + j * msW, hasm, thr)
         if srcmode == 1:
             S[d0 + j] = one if mm else zero
         else:
-            S[d0 + j] = xv if mm else zero
+            v = xv if mm else zero
+            S[d0 + j] = v
+            bad |= np.int32(v - v != 0)
+    return bad
 
 
 @njit(**_JIT)
@@ -469,7 +491,8 @@ def _tile(S, S0, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, src
 
     Flat layout (full width, ``Ws == W``): image column j at ``S[S0 + g + t*W + j]``.
     Padded layout: tile column c holds image column ``c0 + EXlo + c`` (folded) for
-    ``c < cw + ex``: the columns the strip ``c0 .. c0+cw`` reads."""
+    ``c < cw + ex``: the columns the strip ``c0 .. c0+cw`` reads.  Returns 0 when every sample
+    is finite (else 1): zero taps can then be skipped."""
     H = P[I_H]
     W = P[I_W]
     EXlo = P[I_EXLO]
@@ -483,8 +506,9 @@ def _tile(S, S0, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, src
     a = max(p0, 0)
     b = min(p0 + nrows, H)
     flat = not pad and sH == W * sW and (srcmode == 0 or not hasm or msH == W * msW)
+    z = np.int32(fill - fill != 0)  # 0, or 1 once a non-finite sample is seen
     if flat and b > a:  # the rows inside the image, in one run
-        _src_seg(S, S0 + g + (a - p0) * W, x, xb + a * sH, sW, m, mb + a * msH, msW, hasm, thr, srcmode,
+        z += _src_seg(S, S0 + g + (a - p0) * W, x, xb + a * sH, sW, m, mb + a * msH, msW, hasm, thr, srcmode,
                  (b - a) * W, Fc)
     j0 = c0 + EXlo  # padded layout: image column of tile column 0
     ja = max(j0, 0)
@@ -501,10 +525,10 @@ def _tile(S, S0, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, src
         xrow = xb + i * sH
         mrow = mb + i * msH
         if not pad:
-            _src_seg(S, d0, x, xrow, sW, m, mrow, msW, hasm, thr, srcmode, W, Fc)
+            z += _src_seg(S, d0, x, xrow, sW, m, mrow, msW, hasm, thr, srcmode, W, Fc)
             continue
         if jb > ja:
-            _src_seg(S, d0 + ja - j0, x, xrow + ja * sW, sW, m, mrow + ja * msW, msW, hasm, thr, srcmode,
+            z += _src_seg(S, d0 + ja - j0, x, xrow + ja * sW, sW, m, mrow + ja * msW, msW, hasm, thr, srcmode,
                      jb - ja, Fc)
         for side in range(2):  # the columns outside the image, folded
             ca, cb = (np.int64(0), ja - j0) if side == 0 else (jb - j0, cw + g)
@@ -513,7 +537,9 @@ def _tile(S, S0, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, src
                 if jf < 0:
                     S[d0 + c] = fill
                 else:
-                    _src_seg(S, d0 + c, x, xrow + jf * sW, sW, m, mrow + jf * msW, msW, hasm, thr, srcmode, 1, Fc)
+                    z += _src_seg(S, d0 + c, x, xrow + jf * sW, sW, m, mrow + jf * msW, msW, hasm, thr, srcmode, 1,
+                                  Fc)
+    return z
 
 
 @njit(**_JIT)
@@ -535,22 +561,25 @@ def _engine(R, R0, RL, S, S0, V, V0, x, L, p0, mp, sH, sW, m, hasm, msH, msW, th
     n = ntot * Ws
     fill = Fc[F_CVAL] if srcmode == 0 else Fc[F_ZERO]
     ONE, ZERO, NO = np.int64(1), np.int64(0), np.bool_(False)  # not literals: one specialisation of _pass
+    z = np.int32(0)
     for i in range(mp):
         xb = _poff(L, np.int64(R_X), p0 + i)
         mb = _poff(L, np.int64(R_M), p0 + i) if hasm else ZERO
-        _tile(S, S0 + i * bh * Ws, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill,
-              ra + EYlo, bh, i == 0, i == mp - 1, P, Fc)
+        z += _tile(S, S0 + i * bh * Ws, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, srcmode, fill,
+                   ra + EYlo, bh, i == 0, i == mp - 1, P, Fc)
+    # all samples finite: a zero tap adds exactly 0, skip it (it only matters to spread NaN/inf)
+    fin = z == 0
     for k in range(ktop):
         d = P[I_ST] + ST_LEN * k
         nV = P[d]
         nH = P[d + 2]
         rk = R0 + k * RL
         if nV > 0 and nH > 0:
-            _pass(V, V0, S, S0, n + 2 * g, P, Fc, P[d + 1], nV, ONE, -EYlo, ZERO, ZERO, Ws, NO)
-            _pass(R, rk, V, V0, n, P, Fc, P[d + 3], nH, ZERO, ZERO, ONE, cx, Ws, NO)
+            _pass(V, V0, S, S0, n + 2 * g, P, Fc, P[d + 1], P[d + 10] if fin else nV, ONE, -EYlo, ZERO, ZERO, Ws, NO)
+            _pass(R, rk, V, V0, n, P, Fc, P[d + 3], P[d + 11] if fin else nH, ZERO, ZERO, ONE, cx, Ws, NO)
         else:
-            _pass(R, rk, S, S0, n, P, Fc, P[d + 5], P[d + 4], ONE, -EYlo, ONE, cx, Ws, NO)
-        _fixcols(R, rk, S, S0, V, V0, d, ntot, fill, P, Fc)
+            _pass(R, rk, S, S0, n, P, Fc, P[d + 5], P[d + 12] if fin else P[d + 4], ONE, -EYlo, ONE, cx, Ws, NO)
+        _fixcols(R, rk, S, S0, V, V0, d, ntot, fill, fin, P, Fc)
         ck = P[d + 6]
         if ck != 0 and srcmode == 0:
             c0f = P[d + 7]
@@ -567,14 +596,14 @@ def _engine(R, R0, RL, S, S0, V, V0, x, L, p0, mp, sH, sW, m, hasm, msH, msW, th
 
 
 @njit(**_JIT)
-def _fixcols(R, rk, S, S0, V, V0, d, ntot, fill, P, Fc):
+def _fixcols(R, rk, S, S0, V, V0, d, ntot, fill, fin, P, Fc):
     """Flat layout: the border columns of stencil ``d`` (their flat taps read a neighbouring row)."""
     for f in range(P[d + 8]):
-        _fixcol(R, rk, S, S0, V, V0, d, P[P[d + 9] + f], ntot, fill, P, Fc)
+        _fixcol(R, rk, S, S0, V, V0, d, P[P[d + 9] + f], ntot, fill, fin, P, Fc)
 
 
 @njit(**_JIT)
-def _fixcol(R, rk, S, S0, V, V0, d, j, ntot, fill, P, Fc):
+def _fixcol(R, rk, S, S0, V, V0, d, j, ntot, fill, fin, P, Fc):
     """Column j of stencil ``d`` on rows ``0 .. ntot`` (flat layout), exactly: taps through the
     column fold table."""
     W = P[I_W]
@@ -587,13 +616,13 @@ def _fixcol(R, rk, S, S0, V, V0, d, j, ntot, fill, P, Fc):
     two = nV > 0 and P[d + 2] > 0
     if two:
         t0 = P[d + 3]
-        nt = P[d + 2]
+        nt = P[d + 11] if fin else P[d + 2]
         fx = Fc[F_ZERO]  # a padded column of the vertical pass: fill * sum(vertical taps)
-        for t in range(nV):
+        for t in range(P[d + 10] if fin else nV):
             fx += Fc[F_TAPS + P[d + 1] + t] * fill
     else:
         t0 = P[d + 5]
-        nt = P[d + 4]
+        nt = P[d + 12] if fin else P[d + 4]
         fx = fill
     if nt == 0:
         for r in range(ntot):
