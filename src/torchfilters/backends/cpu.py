@@ -90,7 +90,7 @@ _CARRIER = {
 }
 _NP_STORAGE = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.bfloat16: np.int16}
 
-_JIT = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
+_JIT = dict(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
 
 
 def available(device: torch.device, dtype: torch.dtype) -> bool:
@@ -508,11 +508,12 @@ def _tile(S, S0, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, src
     flat = not pad and sH == W * sW and (srcmode == 0 or not hasm or msH == W * msW)
     z = np.int32(fill - fill != 0)  # 0, or 1 once a non-finite sample is seen
     if flat and b > a:  # the rows inside the image, in one run
-        z += _src_seg(S, S0 + g + (a - p0) * W, x, xb + a * sH, sW, m, mb + a * msH, msW, hasm, thr, srcmode,
+        z |= _src_seg(S, S0 + g + (a - p0) * W, x, xb + a * sH, sW, m, mb + a * msH, msW, hasm, thr, srcmode,
                  (b - a) * W, Fc)
     j0 = c0 + EXlo  # padded layout: image column of tile column 0
     ja = max(j0, 0)
     jb = min(j0 + cw + g, W)
+    wrow = cw + g if pad else W
     for t in range(nrows):
         p = p0 + t
         if flat and p >= a and p < b:
@@ -520,25 +521,37 @@ def _tile(S, S0, Ws, c0, cw, pad, x, xb, sH, sW, m, mb, msH, msW, hasm, thr, src
         d0 = S0 + g + t * Ws
         i = P[fh + p]
         if i < 0:
-            _fill(S, d0, cw + g if pad else W, fill)
+            _fill(S, d0, wrow, fill)
             continue
+        if i != p and i >= a and i < b:
+            continue  # a halo row that repeats a row of this tile: copied below
         xrow = xb + i * sH
         mrow = mb + i * msH
         if not pad:
-            z += _src_seg(S, d0, x, xrow, sW, m, mrow, msW, hasm, thr, srcmode, W, Fc)
+            z |= _src_seg(S, d0, x, xrow, sW, m, mrow, msW, hasm, thr, srcmode, W, Fc)
             continue
         if jb > ja:
-            z += _src_seg(S, d0 + ja - j0, x, xrow + ja * sW, sW, m, mrow + ja * msW, msW, hasm, thr, srcmode,
-                     jb - ja, Fc)
+            z |= _src_seg(S, d0 + ja - j0, x, xrow + ja * sW, sW, m, mrow + ja * msW, msW, hasm, thr, srcmode,
+                          jb - ja, Fc)
         for side in range(2):  # the columns outside the image, folded
             ca, cb = (np.int64(0), ja - j0) if side == 0 else (jb - j0, cw + g)
             for c in range(ca, cb):
                 jf = P[fw + j0 + c]
                 if jf < 0:
                     S[d0 + c] = fill
+                elif jf >= ja and jf < jb:  # already in this row of the tile
+                    S[d0 + c] = S[d0 + jf - j0]
                 else:
-                    z += _src_seg(S, d0 + c, x, xrow + jf * sW, sW, m, mrow + jf * msW, msW, hasm, thr, srcmode, 1,
+                    z |= _src_seg(S, d0 + c, x, xrow + jf * sW, sW, m, mrow + jf * msW, msW, hasm, thr, srcmode, 1,
                                   Fc)
+    for t in range(nrows):  # halo rows: copies of tile rows
+        p = p0 + t
+        i = P[fh + p]
+        if i >= 0 and i != p and i >= a and i < b:
+            d0 = S0 + g + t * Ws
+            s0 = S0 + g + (i - p0) * Ws
+            for c in range(wrow):
+                S[d0 + c] = S[s0 + c]
     return z
 
 
