@@ -90,7 +90,7 @@ _CARRIER = {
 }
 _NP_STORAGE = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.bfloat16: np.int16}
 
-_JIT = dict(cache=True, nogil=True, fastmath={"contract"}, error_model="numpy")
+_JIT = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
 
 
 def available(device: torch.device, dtype: torch.dtype) -> bool:
