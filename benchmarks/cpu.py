@@ -43,7 +43,8 @@ except ImportError:  # pragma: no cover
     cv2 = None
 
 QUICK = False
-ROWS: list = []  # (section, label, median seconds, note)
+ROWS: list = []  # (section, label, median seconds or None for a ratio line, note)
+SECTION = ""
 
 
 def median(fn, min_run_time=1.0, slow=False):
@@ -63,13 +64,15 @@ def median(fn, min_run_time=1.0, slow=False):
 
 
 def row(section, label, seconds, note=""):
+    global SECTION
+    SECTION = section
     ROWS.append((section, label, seconds, note))
     print(f"  {label:<58s} {seconds * 1e3:10.3f} ms  {note}", flush=True)
     return seconds
 
 
 def ratio_line(text):
-    ROWS.append(("ratio", text, None, ""))
+    ROWS.append((SECTION, text, None, ""))
     print(f"  -> {text}", flush=True)
 
 
@@ -269,7 +272,7 @@ def section_c():
 
 def section_d():
     print("\n(d) scaling: gradient_magnitude (central), float32 planes of 28x28 (numel = planes * 784)")
-    S = "d"
+    S = "d scaling"
     per = {}
     sizes = [1e4, 1e5, 1e6, 1e7, 1e8, 4e8]
     for n in sizes:
@@ -290,6 +293,7 @@ def section_d():
         ratio_line(f"{name}: time per element varies {max(vals) / min(vals):.2f}x over numel 1e6..4e8 (target <= 1.5x)")
 
     print("\n(d) call latency, (1, 1, 28, 28) float32")
+    S = "d latency"
     x = torch.randn(1, 1, 28, 28)
     t_add = row(S, "torch.add(x, x)", median(lambda: torch.add(x, x)))
     t_gm = row(S, "torchfilters.gradient_magnitude(x)", median(lambda: tf.gradient_magnitude(x)))
@@ -327,15 +331,15 @@ def to_markdown(info):
     lines = ["# torchfilters CPU benchmarks", "", f"Machine: {info}", "",
              "Medians from `torch.utils.benchmark` in one process (`benchmarks/cpu.py`); ratios are between rows "
              "of the same run.", ""]
-    section = None
+    sections = []
     for sec, label, t, note in ROWS:
-        if sec == "ratio":
-            lines.append(f"- {label}")
-            continue
-        if sec != section:
-            section = sec
-            lines += ["", f"### ({sec})", "", "| case | median | |", "|---|---:|---|"]
-        lines.append(f"| {label} | {t * 1e3:.3f} ms | {note} |")
+        if not sections or sections[-1][0] != sec:
+            sections.append((sec, [], []))
+        (sections[-1][1] if t is not None else sections[-1][2]).append((label, t, note))
+    for sec, rows, ratios in sections:
+        lines += ["", f"### ({sec})", "", "| case | median | |", "|---|---:|---|"]
+        lines += [f"| {label} | {t * 1e3:.3f} ms | {note} |" for label, t, note in rows]
+        lines += [""] + [f"- {label}" for label, _, _ in ratios]
     return "\n".join(lines) + "\n"
 
 
