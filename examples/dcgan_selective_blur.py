@@ -167,7 +167,7 @@ def main(argv=None):
         print(f"  {name:<30s} median step {t * 1e3:8.2f} ms   (last losses: D {d:.3f}, G {g:.3f})")
     (n1, t1), (n2, t2) = rows
     print(f"  -> training step with selective_blur: {t2 / t1:.2f}x the speed of conv2d + where "
-          f"({(t2 - t1) * 1e3:+.2f} ms per step)")
+          f"(conv2d + where takes {(t2 - t1) * 1e3:+.2f} ms more per step)")
 
     # the blur layer alone, forward + backward, on the generator's output shape
     y0 = torch.randn(args.batch, 1, PATCH, PATCH)
