@@ -1,59 +1,67 @@
 """Fused CPU engine: numba kernels, one pass forward and one pass backward.
 
 One stencil engine runs every spec (``_spec``): operators are data.  A spec
-is compiled (in Python, once per spec and image size, then cached) into two
-small arrays -- ``P`` (int64: sizes, fold tables, tap offsets, stencil
-descriptors) and ``F`` (float64: ``cval``, tap weights, constant-mode
-corrections) -- that a handful of generic kernels interpret.
+is compiled (in Python, once per spec, image size and blocking, then cached)
+into two small arrays -- ``P`` (int64: sizes, fold tables, tap offsets,
+stencil descriptors, border-column lists) and ``F`` (float64: ``cval``, tap
+weights, constant-mode corrections) -- that a handful of generic kernels
+interpret.
 
-How a kernel works, per work item (one plane, or one block of rows of a plane
-when the plane is large or there are too few planes to keep every thread
-busy):
+Per work item (a few small planes stacked, one plane, or a block of rows --
+and, for wide images, a column strip -- of a plane):
 
 * **Tile.**  The input rows the item needs (its rows plus the stencils'
   halo) are gathered into a thread-local, cache-resident tile in the compute
-  dtype (float32, or float64 for float64), with the boundary mode applied by
-  *index folding* through precomputed per-axis tables (``reference.fold_indices``;
-  ``constant`` fills ``cval``).  This is also where float16 / bfloat16 are
-  converted, a tile at a time: never a full-size copy.  Strided inputs
-  (slices, channels_last, stride-0 expanded tensors) are read in place.
-* **Stencils.**  The tile is stored flat with a padded row stride ``Wp``, so a
-  tap at offset ``(dy, dx)`` is a constant flat offset and every stencil is a
-  few long, branch-free, vectorised ``dst[q] += w * src[q + o]`` loops (up to
-  four taps per loop) over the whole tile: no folding inside the compute
-  loops.  ``sep`` stencils run as a vertical then a horizontal phase; SciPy's
-  sequential ``constant``-mode semantics (the second pass pads the first
-  pass's result with ``cval``) are restored exactly by a precomputed
-  per-row/per-column correction.  ``dense`` stencils run as one phase.
+  dtype (float32, or float64 for float64), the boundary mode applied by
+  *index folding* through precomputed per-axis tables
+  (``reference.fold_indices``; ``constant`` fills ``cval``).  This is where
+  float16 / bfloat16 are converted, a tile at a time (integer bit
+  conversions, exact): never a full-size copy.  Strided inputs (slices,
+  channels_last, stride-0 expanded tensors) are read in place; only leading
+  dimensions that do not collapse to two strides are copied (once).
+* **Stencils.**  The tile is flat, so a tap at offset ``(dy, dx)`` is a
+  constant flat offset and every stencil is a few long, branch-free,
+  vectorised ``dst[q] += w * src[q + o]`` loops (up to four taps per loop)
+  over the whole tile: no folding in the compute loops.  Two layouts: *flat*
+  (row stride W; the few border columns whose taps cross the left/right edge
+  are recomputed through the fold table) for kernels narrow against the
+  image, and *padded* (row stride W + kernel width, columns folded into the
+  tile) otherwise.  ``sep`` stencils run as a vertical then a horizontal
+  phase; SciPy's sequential ``constant``-mode semantics (the second pass pads
+  the first pass's result with ``cval``) are restored exactly by a
+  precomputed per-row/per-column correction.  ``dense`` stencils run as one
+  phase.
 * **Epilogue.**  ``stack`` / ``magnitude`` / ``direction`` / selective-blur
   ``blend`` / ``normalized`` combine the stencil results pointwise and store
   the output (converted back to the input dtype) once.
 
-Backward passes are the adjoint, fused the same way: the gradient with
-respect to the input of a linear stencil with folded boundaries is
-``Pad^T S^T g``.  ``S^T g`` is a correlation of the zero-padded incoming
-gradient with the flipped taps (the same vectorised loops, evaluated over the
-padded coordinates of the item), and ``Pad^T`` sums each padded position back
-onto the sample it folds to (a gather per output row: rows owned by another
-work item are recomputed, never written, so no atomics).  For
-``gradient_magnitude``/``gradient_direction`` and selective blur the stencils
-are recomputed from ``x`` in the tile, so backward reads ``x`` and ``grad``
-and writes ``grad_in`` once.
+Backward passes are the adjoint, fused the same way: for a linear stencil
+with folded boundaries it is ``Pad^T S^T g``.  ``S^T g`` is a correlation of
+the zero-padded incoming gradient with the flipped taps (the same vectorised
+loops, over the padded coordinates of the item), and ``Pad^T`` sums each
+padded position back onto the sample it folds to -- gathered per output row
+(padded rows owned by another work item are recomputed, never written: no
+atomics).  For ``gradient_magnitude``/``gradient_direction`` and selective
+blur the stencils are recomputed from ``x`` in the tile, so a backward reads
+``x`` and ``grad`` and writes ``grad_in`` once.
 
-Zero taps are skipped (as SciPy does), so a NaN/inf input contaminates only
-the non-zero footprint of the kernel.
+NaN/inf follow the reference (SciPy's rules): 1-D passes multiply every tap,
+zeros included (a NaN under the 0 of ``[-1, 0, 1]`` is NaN), dense kernels
+leave zero weights out; zero taps are skipped when a tile is all finite.
 
-Parallelism: ``prange`` over chunks of work items (planes x row blocks), with
-numba's thread count following ``torch.get_num_threads()``; tiny calls run
-serially in the calling thread (no parallel-region launch).  Fresh outputs
-of at least 1 MiB are allocated by NumPy (which advises transparent huge
-pages, several times cheaper to fault in here than torch's allocation) and
-wrapped with ``torch.from_numpy``.
+Parallelism: the kernels release the GIL; a call is split into chunks that
+``torch.get_num_threads()`` threads (the caller and a small pool) pull from a
+shared counter.  (numba's ``parallel=True`` was measured: its parfor wrapper
+re-optimises the whole inlined kernel and tripled the first compile.)  Tiny
+calls run in the calling thread.  Each item prefetches the next one's input.
+Fresh outputs of at least 1 MiB are allocated by NumPy (which advises
+transparent huge pages: several times cheaper to fault in here than torch's
+allocation) and wrapped with ``torch.from_numpy``.
 
-Compiled code is cached on disk (``cache=True``; numba falls back to a
-user-wide cache directory when the package directory is read-only, or set
-``NUMBA_CACHE_DIR``).  There are four kernels (filter/blur x forward/backward),
-each compiled lazily once per storage dtype.
+Compiled code is cached on disk (``cache=True``; numba uses a user-wide cache
+directory when the package directory is read-only, or ``NUMBA_CACHE_DIR``).
+Kernels: filter forward/backward per epilogue (stack, magnitude, direction)
+and blur forward/backward, each compiled lazily once per storage dtype.
 """
 
 from __future__ import annotations
