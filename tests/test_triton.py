@@ -23,13 +23,12 @@ import math
 import os
 import sys
 
-import numpy as np
 import pytest
 import torch
 
 import torchfilters as tf
 from torchfilters import _spec, backends
-from torchfilters._spec import BlurSpec, FilterSpec
+from torchfilters._spec import FilterSpec
 
 pytest.importorskip("triton")
 

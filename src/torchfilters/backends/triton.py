@@ -66,7 +66,7 @@ import contextlib
 import functools
 import math
 import os
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 
