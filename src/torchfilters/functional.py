@@ -136,6 +136,19 @@ def _refuse_forward_ad(x: Tensor) -> None:
         )
 
 
+def _filter(x: Tensor, mode: str, cval: float, epilogue: str, recipes: tuple, out, backend) -> Tensor:
+    """Run the filter that ``recipes`` + ``epilogue`` describe (the spec text is built once, cached)."""
+    return _run_filter(x, _filter_text(mode, cval, epilogue, recipes, _signbit(cval)), out, backend)
+
+
+def _gradient_pair(input, operator, mode, cval, normalized, epilogue, out, backend) -> Tensor:
+    """Both derivatives (d/dy, d/dx) of ``operator``, combined by ``epilogue``."""
+    x, mode, cval = _prep(input, mode, cval)
+    op = kernels.check_operator(operator)
+    n = _check_bool(normalized, "normalized")
+    return _filter(x, mode, cval, epilogue, (("deriv", op, -2, n), ("deriv", op, -1, n)), out, backend)
+
+
 def _run_filter(x: Tensor, text: str, out: Optional[Tensor], backend) -> Tensor:
     backend = check_backend(backend)
     spec = _spec.decode(text)
@@ -242,7 +255,7 @@ def _correlate2d(input, weights, mode, cval, origin, out, backend, flip: bool):
     oy = _check_origin(origins[0], kh)
     ox = _check_origin(origins[1], kw)
     recipe = ("dense", w, (_spec.centered_lo(kh, oy), _spec.centered_lo(kw, ox)))
-    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,), _signbit(cval)), out, backend)
+    return _filter(x, mode, cval, "stack", (recipe,), out, backend)
 
 
 def correlate(
@@ -331,7 +344,7 @@ def _correlate1d(input, weights, axis, mode, cval, origin, out, backend, flip: b
     k = len(w)
     origin = _check_origin(origin, k)
     recipe = ("sep1", axis, _spec.centered_lo(k, origin), w)
-    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,), _signbit(cval)), out, backend)
+    return _filter(x, mode, cval, "stack", (recipe,), out, backend)
 
 
 def correlate1d(
@@ -462,7 +475,7 @@ def derivative(
     """
     x, mode, cval = _prep(input, mode, cval)
     recipe = ("deriv", kernels.check_operator(operator), check_axis(axis), _check_bool(normalized, "normalized"))
-    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,), _signbit(cval)), out, backend)
+    return _filter(x, mode, cval, "stack", (recipe,), out, backend)
 
 
 def gradient(
@@ -485,11 +498,7 @@ def gradient(
         >>> tf.gradient(x, operator="sobel", normalized=True)[..., 1, 2, 2]
         tensor(1.)
     """
-    x, mode, cval = _prep(input, mode, cval)
-    op = kernels.check_operator(operator)
-    n = _check_bool(normalized, "normalized")
-    recipes = (("deriv", op, -2, n), ("deriv", op, -1, n))
-    return _run_filter(x, _filter_text(mode, cval, "stack", recipes, _signbit(cval)), out, backend)
+    return _gradient_pair(input, operator, mode, cval, normalized, "stack", out, backend)
 
 
 def gradient_magnitude(
@@ -524,11 +533,7 @@ def gradient_magnitude(
         >>> float(y.abs().max()), float(x.grad.abs().max())
         (0.0, 0.0)
     """
-    x, mode, cval = _prep(input, mode, cval)
-    op = kernels.check_operator(operator)
-    n = _check_bool(normalized, "normalized")
-    recipes = (("deriv", op, -2, n), ("deriv", op, -1, n))
-    return _run_filter(x, _filter_text(mode, cval, "magnitude", recipes, _signbit(cval)), out, backend)
+    return _gradient_pair(input, operator, mode, cval, normalized, "magnitude", out, backend)
 
 
 def gradient_direction(
@@ -556,10 +561,7 @@ def gradient_direction(
         >>> float(tf.gradient_direction(x, operator="sobel")[2, 2])
         1.5707963705062866
     """
-    x, mode, cval = _prep(input, mode, cval)
-    op = kernels.check_operator(operator)
-    recipes = (("deriv", op, -2, False), ("deriv", op, -1, False))
-    return _run_filter(x, _filter_text(mode, cval, "direction", recipes, _signbit(cval)), out, backend)
+    return _gradient_pair(input, operator, mode, cval, False, "direction", out, backend)
 
 
 def _named_operator(operator: str):
@@ -726,7 +728,7 @@ def gaussian_filter(
         _ops._write(out, (x,), lambda o: x.clone() if o is None else o.copy_(x))
         return out
     recipe = ("gauss", sigmas, orders, radii)
-    return _run_filter(x, _filter_text(mode, cval, "stack", (recipe,), _signbit(cval)), out, backend)
+    return _filter(x, mode, cval, "stack", (recipe,), out, backend)
 
 
 def gaussian_gradient_magnitude(
@@ -757,7 +759,7 @@ def gaussian_gradient_magnitude(
     sigmas = _check_sigma(sigma)
     radii = _gaussian_radii(sigmas, truncate, radius)
     recipes = (("gauss", sigmas, (1, 0), radii), ("gauss", sigmas, (0, 1), radii))
-    return _run_filter(x, _filter_text(mode, cval, "magnitude", recipes, _signbit(cval)), out, backend)
+    return _filter(x, mode, cval, "magnitude", recipes, out, backend)
 
 
 # -------------------------------------------------------------- selective blur
