@@ -52,7 +52,8 @@ def median(fn, min_run_time=1.0, slow=False):
     fn()
     if QUICK:
         min_run_time = min_run_time / 4
-    t = tbench.Timer("fn()", globals={"fn": fn})
+    # Timer runs stmt with num_threads=1 unless told otherwise: every row gets the process's threads
+    t = tbench.Timer("fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     if slow:  # calls of a second or more: a few single runs
         times = []
         for _ in range(2 if QUICK else 3):

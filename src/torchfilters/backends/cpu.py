@@ -69,6 +69,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -815,6 +816,162 @@ def _make_filter_fwd(EPI):
 _K_FILTER_FWD = {e: _make_filter_fwd(e) for e in (EPI_STACK, EPI_MAG, EPI_DIR)}
 
 
+# =============================================================================
+# direct 3x3 path: gradient-type specs read the input in place (no tile)
+#
+# Every gradient operator (central, Sobel, Scharr, Prewitt) is a pair of
+# stencils whose 1-D passes have three taps at offsets -1, 0, 1.  For those,
+# in the boundary modes that fold onto image samples (all but ``constant``),
+# the output is computed straight from the input: one long flat loop over the
+# interior rows of a plane (the taps are constant flat offsets, so it
+# vectorises; columns 0 and W-1 read across row ends there and are recomputed),
+# the first and last rows through the row fold, and the two border columns
+# through the column fold.  No tile copy, no intermediate pass buffers: about
+# a third of the work of the general engine, which is what makes a batch of
+# 28x28 planes run near the memory floor.
+
+D_H, D_W, D_BR, D_NB, D_MP, D_FY0, D_FY1, D_FX0, D_FX1 = range(9)
+FORM_H, FORM_V, FORM_VH, ZV, ZH = 1, 2, 3, 4, 8
+_d3_kernels: dict = {}
+
+
+@njit(inline="always", **_JIT)
+def _sum3(a, b, c):
+    return (a + b) + c
+
+
+@njit(inline="always", **_JIT)
+def _sum3_zc(a, b, c):
+    """``_sum3`` with a zero centre tap ``b``: the general engine sums non-zero taps first, and
+    so does the direct path (both give the same bits, up to the sign of zero)."""
+    return (a + c) + b
+
+
+def _d3_stencil(FORM):
+    """One stencil at flat position ``mid`` (rows above/below at ``up``/``dn``, columns at
+    offsets ``l``/``r``): FORM_H ``h . x[row, l/c/r]``, FORM_V ``v . x[up/mid/dn, c]``, FORM_VH
+    ``h . (v . x)`` (vertical pass first, as the general engine); ``+ ZV``/``+ ZH``: the
+    vertical/horizontal centre tap is 0.  Every tap is multiplied, zeros too (SciPy's 1-D
+    passes).  Inlined into the kernels' loops (numba IR inlining)."""
+    base = FORM & 3
+    sv = _sum3_zc if FORM & ZV else _sum3
+    sh = _sum3_zc if FORM & ZH else _sum3
+    if base == FORM_H:
+
+        def st(x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
+            return sh(h0 * _ld(x, mid + l), h1 * _ld(x, mid), h2 * _ld(x, mid + r))
+
+    elif base == FORM_V:
+
+        def st(x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
+            return sv(v0 * _ld(x, up), v1 * _ld(x, mid), v2 * _ld(x, dn))
+
+    else:
+
+        def st(x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
+            a = sv(v0 * _ld(x, up + l), v1 * _ld(x, mid + l), v2 * _ld(x, dn + l))
+            b = sv(v0 * _ld(x, up), v1 * _ld(x, mid), v2 * _ld(x, dn))
+            c = sv(v0 * _ld(x, up + r), v1 * _ld(x, mid + r), v2 * _ld(x, dn + r))
+            return sh(h0 * a, h1 * b, h2 * c)
+
+    return njit(inline="always", **_JIT)(st)
+
+
+def _d3_kernel(FORMS, EPI):
+    """The direct kernel for one or two stencils of the given forms and one epilogue,
+    built (and compiled) on first use: every constant is known to the compiler, so the
+    interior loop is one fused, vectorised pass (loads, taps, epilogue, store)."""
+    key = (FORMS, EPI)
+    k = _d3_kernels.get(key)
+    if k is not None:
+        return k
+    K = len(FORMS)
+    S0 = _d3_stencil(FORMS[0])
+    S1 = _d3_stencil(FORMS[-1])
+
+    @njit(inline="always", **_JIT)
+    def pixel(o, oq, osK, x, up, mid, dn, l, r, w):
+        a = S0(x, up, mid, dn, l, r, w[0], w[1], w[2], w[3], w[4], w[5])
+        if K == 1:
+            if EPI == EPI_MAG:
+                _st(o, oq, math.sqrt(a * a))
+            else:
+                _st(o, oq, a)
+        else:
+            b = S1(x, up, mid, dn, l, r, w[6], w[7], w[8], w[9], w[10], w[11])
+            if EPI == EPI_STACK:
+                _st(o, oq, a)
+                _st(o, oq + osK, b)
+            elif EPI == EPI_MAG:
+                _st(o, oq, math.sqrt(a * a + b * b))
+            else:
+                _st(o, oq, _atan2(a, b))
+
+    @njit(**_JIT)
+    def run(o, oq, osK, x, up, mid, dn, n, w):
+        for q in range(n):
+            pixel(o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, w)
+
+    @njit(**_JIT)
+    def kernel(xa, oa, carrier, Da, Fa, La, it0, it1):
+        x = _ptr(xa, carrier)
+        o = _ptr(oa, carrier)
+        F = _cvt(carrier, Fa)
+        w = (F[0], F[1], F[2], F[3], F[4], F[5], F[6], F[7], F[8], F[9], F[10], F[11])
+        H, W = Da[D_H], Da[D_W]
+        BR, NB, MP = Da[D_BR], Da[D_NB], Da[D_MP]
+        fy0, fy1 = Da[D_FY0], Da[D_FY1]
+        dl0 = Da[D_FX0]  # column 0's left neighbour (an offset from column 0)
+        dr1 = Da[D_FX1] - (W - 1)  # column W-1's right neighbour
+        N = La[L_N]
+        xn1, xs1, on1, os1, osK = La[R_X], La[R_X + 2], La[R_O], La[R_O + 2], La[R_O + 3]
+        L = _ptr(La.ctypes.data, La[0])
+        for it in range(it0, it1):
+            p0 = (it // NB) * MP
+            ra = (it % NB) * BR
+            rb = min(H, ra + BR)
+            ia = max(ra, 1)  # interior rows ia .. ib
+            ib = min(rb, H - 1)
+            xb = _poff(L, np.int64(R_X), p0)
+            ob = _poff(L, np.int64(R_O), p0)
+            xr = p0 % xn1
+            orr = p0 % on1
+            for p in range(p0, min(p0 + MP, N)):
+                if p > p0:  # the next plane, without an integer division per plane
+                    xr += 1
+                    orr += 1
+                    if xr == xn1:
+                        xr = 0
+                        xb = _poff(L, np.int64(R_X), p)
+                    else:
+                        xb += xs1
+                    if orr == on1:
+                        orr = 0
+                        ob = _poff(L, np.int64(R_O), p)
+                    else:
+                        ob += os1
+                # interior rows, one flat run (columns 0 and W-1 read across row ends: redone below)
+                if ib > ia:
+                    q0 = ia * W
+                    run(o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, (ib - ia) * W, w)
+                for i in range(ra, rb):
+                    up = xb + (i - 1 if i > 0 else fy0) * W
+                    dn = xb + (i + 1 if i < H - 1 else fy1) * W
+                    mid = xb + i * W
+                    oi = ob + i * W
+                    if (i == 0 or i == H - 1) and W > 2:  # first / last row: the row fold
+                        run(o, oi + 1, osK, x, up + 1, mid + 1, dn + 1, W - 2, w)
+                    # border columns: the column fold
+                    pixel(o, oi, osK, x, up, mid, dn, dl0, np.int64(1) if W > 1 else dr1, w)
+                    if W > 1:
+                        e = W - 1
+                        pixel(o, oi + e, osK, x, up + e, mid + e, dn + e, np.int64(-1), dr1, w)
+        return F.size + Da.size + La.size
+
+    _d3_kernels[key] = kernel
+    return kernel
+
+
 @njit(**_JIT)
 def _k_blur_fwd(xa, ma, oa, carrier, Pa, Fa, La, thr, it0, it1):
     I0, I1, I2 = np.int64(0), np.int64(1), np.int64(2)
@@ -1313,6 +1470,7 @@ _STACK = 1 << 12
 _info_cache: dict = {}
 _plan_cache: dict = {}
 _lay_cache: dict = {}
+_d3_cache: dict = {}
 
 
 def _norm_stencil(st):
@@ -1506,6 +1664,59 @@ def _plan(info, H, W, blocking):
     return plan
 
 
+def _d3_form(vt, ht, dt):
+    """(form, [v0, v1, v2, h0, h1, h2]) of a normalised stencil the direct path runs, else None:
+    1-D passes of three taps at offsets -1, 0, 1, none zero or only the centre one (the general
+    engine sums non-zero taps first; the direct path keeps that order)."""
+
+    def three(taps, axis):
+        w = {t[axis]: t[2] for t in taps}
+        if len(taps) != 3 or sorted(w) != [-1, 0, 1] or any(t[1 - axis] != 0 for t in taps):
+            return None
+        if w[-1] == 0.0 or w[1] == 0.0:
+            return None
+        return [w[-1], w[0], w[1]]
+
+    if vt and ht:
+        v, h = three(vt, 0), three(ht, 1)
+        if v is None or h is None:
+            return None
+        return FORM_VH | (ZV if v[1] == 0.0 else 0) | (ZH if h[1] == 0.0 else 0), v + h
+    v, h = three(dt, 0), three(dt, 1)
+    if h is not None:
+        return FORM_H | (ZH if h[1] == 0.0 else 0), [0.0, 0.0, 0.0] + h
+    if v is not None:
+        return FORM_V | (ZV if v[1] == 0.0 else 0), v + [0.0, 0.0, 0.0]
+    return None
+
+
+def _d3_plan(info, H, W, N, nthreads):
+    """(D, F, work items) for the direct 3x3 path, or None when the spec is not of that kind."""
+    key = (id(info), H, W, N, nthreads)
+    hit = _d3_cache.get(key)
+    if hit is not None and hit[0] is info:
+        return hit[1]
+    norm, epi, mode = info[0], info[1], info[2]
+    forms = [_d3_form(vt, ht, dt) for vt, ht, dt, _ in norm]
+    plan = None
+    if epi in (EPI_STACK, EPI_MAG, EPI_DIR) and mode != "constant" and len(forms) in (1, 2) and all(forms):
+        fy = _fold(H, -1, H + 2, mode)
+        fx = _fold(W, -1, W + 2, mode)
+        if fy.min() >= 0 and fx.min() >= 0:  # the mode folds onto samples (no cval)
+            if H * W <= _WHOLE and (N >= 2 * nthreads or _small(N, H, W)):
+                BR, NB, MP = H, 1, max(1, min(_STACK // (H * W), N // (8 * nthreads)))
+            else:
+                BR, MP = max(1, min(H, _TILE // W)), 1
+                NB = -(-H // BR)
+            D = np.array([H, W, BR, NB, MP, fy[0], fy[-1], fx[0], fx[-1]], np.int64)
+            F = np.array([w for f in forms for w in f[1]] + [0.0] * 6 * (2 - len(forms)), np.float64)
+            plan = (_d3_kernel(tuple(f[0] for f in forms), epi), D, F, -(-N // MP) * NB)
+    if len(_d3_cache) > 1024:
+        _d3_cache.clear()
+    _d3_cache[key] = (info, plan)
+    return plan
+
+
 def _lead(sizes, strides):
     """Leading dims -> (n1, s0, s1) with plane p at (p // n1)*s0 + (p % n1)*s1, or None."""
     dims = []
@@ -1553,10 +1764,81 @@ def _layout(x, o, ok, g=None, gk=False, m=None):
     return L
 
 
+def _cache_limit():
+    """Bytes the output cache may hold: ``TORCHFILTERS_CPU_CACHE_MB``, else a quarter of RAM."""
+    env = os.environ.get("TORCHFILTERS_CPU_CACHE_MB")
+    if env is not None:
+        return max(0, int(float(env) * (1 << 20)))
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 1 << 30
+
+
+#: output buffers (uint8 NumPy arrays) the cache owns; one is free when nothing else refers to it
+_cache: list = []
+_cache_lock = threading.Lock()
+
+
+def empty_cache() -> int:
+    """Release the cached output buffers that no tensor uses any more; returns the bytes released.
+
+    Fresh outputs of at least 1 MiB come from a small cache of reusable buffers (as PyTorch's
+    CUDA caching allocator does on GPUs): a buffer whose tensor has been freed is handed to the
+    next output of a size it fits, whose pages are then already mapped, instead of page-faulting
+    a new allocation (~80 ms per 400 MB here).  The cache holds at most
+    ``TORCHFILTERS_CPU_CACHE_MB`` (default: a quarter of the machine's RAM; 0 disables it).
+    """
+    with _cache_lock:
+        return _drop_free(0)
+
+
+def _free(i):
+    """Is cached buffer ``i`` unused?  (References: the cache list and getrefcount's argument.)"""
+    return sys.getrefcount(_cache[i]) <= 2
+
+
+def _drop_free(keep):
+    """Drop free buffers, largest first, until the cache holds at most ``keep`` bytes; returns
+    the bytes dropped."""
+    held = sum(b.nbytes for b in _cache)
+    dropped = 0
+    for i in sorted(range(len(_cache)), key=lambda i: -_cache[i].nbytes):
+        if held - dropped <= keep:
+            break
+        if _free(i):
+            dropped += _cache[i].nbytes
+            _cache[i] = None
+    _cache[:] = [b for b in _cache if b is not None]
+    return dropped
+
+
+def _cached_buffer(nbytes):
+    """A uint8 buffer of at least ``nbytes`` bytes that no live tensor uses, or a new one."""
+    limit = _cache_limit()
+    with _cache_lock:
+        best = -1
+        for i in range(len(_cache)):  # the smallest free buffer that fits without wasting half of itself
+            n = _cache[i].nbytes
+            if nbytes <= n <= 2 * nbytes and _free(i) and (best < 0 or n < _cache[best].nbytes):
+                best = i
+        if best >= 0:
+            return _cache[best]
+        buf = np.empty(nbytes, np.uint8)  # >= 4 MiB: NumPy advises transparent huge pages
+        _drop_free(limit - nbytes)  # make room
+        if sum(b.nbytes for b in _cache) + nbytes <= limit:
+            _cache.append(buf)
+        return buf
+
+
 def _alloc(shape, dtype):
+    """A fresh output.  Large ones come from the buffer cache (``empty_cache``), wrapped by
+    ``torch.from_numpy`` (so ``resize_`` cannot grow them); small ones from torch."""
     n = math.prod(shape)
-    if n * (8 if dtype == torch.float64 else 4 if dtype == torch.float32 else 2) >= _NP_ALLOC:
-        t = torch.from_numpy(np.empty(n, _NP_STORAGE[dtype]))
+    itemsize = 8 if dtype == torch.float64 else 4 if dtype == torch.float32 else 2
+    if n * itemsize >= _NP_ALLOC:
+        arr = _cached_buffer(n * itemsize)[: n * itemsize].view(_NP_STORAGE[dtype])
+        t = torch.from_numpy(arr)
         if dtype == torch.bfloat16:
             t = t.view(torch.bfloat16)
         return t.view(shape)
@@ -1650,13 +1932,17 @@ def filter_forward(x, spec: FilterSpec, out=None):
     H, W = x.shape[-2], x.shape[-1]
     N = x.numel() // (H * W)
     nt = _threads()
-    P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
-    nitems = -(-N // mp) * per
     o = _alloc(spec.out_shape(x.shape), x.dtype) if out is None else out
     ok = o.dim() == x.dim() + 1
     x, o2, _, _, L, tmp = _prepare(x, o, ok)
-    _launch(_K_FILTER_FWD[info[1]], (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
-            nitems, nt, _small(N, H, W))
+    d3 = _d3_plan(info, H, W, N, nt)
+    args = (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype])
+    if d3 is not None and L[R_X + 4] == W and L[R_X + 5] == 1 and L[R_O + 4] == W and L[R_O + 5] == 1:
+        kernel, D, F, nitems = d3  # rows contiguous in and out: the direct 3x3 path
+        _launch(kernel, args + (D, F, L), nitems, nt, _small(N, H, W))
+    else:
+        P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
+        _launch(_K_FILTER_FWD[info[1]], args + (P, F, L), -(-N // mp) * per, nt, _small(N, H, W))
     if tmp:
         o.copy_(o2)
     return o

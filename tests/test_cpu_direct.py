@@ -1,0 +1,190 @@
+"""The CPU engine's direct 3x3 path and its output-buffer cache.
+
+Gradient-type specs (every operator: 1-D passes of three taps) in the modes
+that fold onto samples run a dedicated kernel that reads the input in place
+(``backends/cpu.py``, "direct 3x3 path").  It must give the general engine's
+bits (up to the sign of zero), cover every plane size, blocking and dtype, and
+step aside where it does not apply.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import torchfilters as tf
+
+cpu = pytest.importorskip("torchfilters.backends.cpu")
+
+from conftest import OPERATORS, rand  # noqa: E402
+
+FOLDING = ("reflect", "mirror", "nearest", "wrap", "grid-mirror", "grid-wrap")
+SHAPES = ((1, 1), (1, 2), (2, 1), (1, 9), (9, 1), (2, 2), (3, 3), (5, 17), (28, 28), (40, 3))
+
+
+def _ops(op):
+    return {
+        "magnitude": lambda x, **k: tf.gradient_magnitude(x, operator=op, **k),
+        "gradient": lambda x, **k: tf.gradient(x, operator=op, **k),
+        "direction": lambda x, **k: tf.gradient_direction(x, operator=op, **k),
+        "derivative-x": lambda x, **k: tf.derivative(x, -1, operator=op, **k),
+        "derivative-y-normalized": lambda x, **k: tf.derivative(x, -2, operator=op, normalized=True, **k),
+    }
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """The kernels each call launched."""
+    seen = []
+    launch = cpu._launch
+
+    def spy(fn, args, nitems, nthreads, serial):
+        seen.append(fn)
+        return launch(fn, args, nitems, nthreads, serial)
+
+    monkeypatch.setattr(cpu, "_launch", spy)
+    return seen
+
+
+def _general(monkeypatch):
+    """Switch the direct path off (the general engine runs every spec)."""
+    monkeypatch.setattr(cpu, "_d3_plan", lambda *a: None)
+
+
+def _direct(fn):
+    return fn in cpu._d3_kernels.values()
+
+
+@pytest.mark.parametrize("mode", FOLDING)
+@pytest.mark.parametrize("op", OPERATORS)
+def test_same_bits_as_the_general_engine(op, mode, monkeypatch, launches):
+    xs = [rand(3, h, w, seed=h * 31 + w) for h, w in SHAPES]
+    xs += [rand(2, 28, 28, seed=5, dtype=torch.float32), rand(1, 7, 6, seed=6, dtype=torch.float16),
+           rand(2, 6, 7, seed=7, dtype=torch.bfloat16)]
+    got = {(name, i): f(x, mode=mode, cval=2.5) for name, f in _ops(op).items() for i, x in enumerate(xs)}
+    assert launches and all(_direct(fn) for fn in launches)
+    _general(monkeypatch)
+    launches.clear()
+    for (name, i), y in got.items():
+        want = _ops(op)[name](xs[i], mode=mode, cval=2.5)
+        assert y.dtype == want.dtype and y.shape == want.shape
+        assert torch.equal(y, want), (name, tuple(xs[i].shape), xs[i].dtype)
+    assert launches and not any(_direct(fn) for fn in launches)
+
+
+@pytest.mark.parametrize("mode", ("reflect", "wrap"))
+def test_blockings(mode, monkeypatch):
+    """Many small planes stacked per work item (an odd count left over), and large planes split
+    into row blocks over threads, including blocks of one row."""
+    x1 = rand(2, 37, 7, 9, seed=1)
+    x2 = rand(1, 67, 45, seed=2)
+    got = [tf.gradient_magnitude(x, operator="sobel", mode=mode) for x in (x1, x2)]
+    monkeypatch.setattr(cpu, "_WHOLE", 0)
+    monkeypatch.setattr(cpu, "_TILE", 1)
+    monkeypatch.setattr(cpu, "_SERIAL", 0)
+    cpu._d3_cache.clear()
+    rows = [tf.gradient_magnitude(x, operator="sobel", mode=mode) for x in (x1, x2)]
+    _general(monkeypatch)
+    for x, a, b in zip((x1, x2), got, rows):
+        want = tf.gradient_magnitude(x, operator="sobel", mode=mode)
+        assert torch.equal(a, want) and torch.equal(b, want)
+    cpu._d3_cache.clear()
+
+
+def test_matches_scipy():
+    ndi = pytest.importorskip("scipy.ndimage")
+    x = rand(2, 3, 13, 10, seed=3)
+    for mode in ("reflect", "mirror", "nearest", "wrap"):
+        y = tf.gradient_magnitude(x, operator="sobel", mode=mode).numpy()
+        xn = x.numpy()
+        gx = ndi.sobel(xn, axis=-1, mode=mode)
+        gy = np.stack([[ndi.sobel(p, axis=0, mode=mode) for p in b] for b in xn])
+        gx = np.stack([[ndi.sobel(p, axis=1, mode=mode) for p in b] for b in xn])
+        np.testing.assert_allclose(y, np.hypot(gx, gy), rtol=1e-13, atol=1e-13)
+
+
+def test_where_it_steps_aside(launches):
+    x = rand(2, 9, 8, seed=4)
+    tf.gradient_magnitude(x, mode="constant", cval=1.0)  # SciPy's sequential constant padding
+    tf.gaussian_gradient_magnitude(x, 1.0)  # wider than 3x3
+    tf.correlate(x, [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])  # dense
+    wide = torch.empty(2, 9, 16, dtype=x.dtype)[..., ::2]
+    tf.gradient_magnitude(x, out=wide)  # strided rows out
+    tf.gradient_magnitude(x.transpose(-1, -2))  # strided rows in
+    assert launches and not any(_direct(fn) for fn in launches)
+    launches.clear()
+    y = tf.gradient(x[:, 1:, :])  # planes apart, rows still contiguous: direct
+    assert len(launches) == 1 and _direct(launches[0])
+    torch.testing.assert_close(y, tf.gradient(x[:, 1:, :].contiguous(), backend="reference"), rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("bad", (math.nan, math.inf))
+def test_non_finite_inputs_follow_scipy(bad):
+    """Zero taps are multiplied (SciPy's correlate1d): a NaN/inf under the centre of [-1, 0, 1]
+    makes that pixel NaN; at a corner the footprint folds."""
+    x = torch.zeros(1, 6, 7)
+    x[0, 2, 3] = bad
+    x[0, 5, 6] = bad
+    y = tf.derivative(x, -1, mode="reflect")
+    ndi = pytest.importorskip("scipy.ndimage")
+    want = ndi.correlate1d(x[0].numpy(), [-0.5, 0.0, 0.5], axis=1, mode="reflect")
+    np.testing.assert_array_equal(y[0].isnan().numpy(), np.isnan(want))
+    np.testing.assert_array_equal(y[0].nan_to_num(0, 1, -1).numpy(), np.nan_to_num(want, nan=0, posinf=1, neginf=-1))
+
+
+# ------------------------------------------------------------------ output cache
+
+
+def _big(seed=0):
+    return rand(8, 128, 256, seed=seed, dtype=torch.float32)  # 1 MiB: outputs come from the cache
+
+
+def test_cache_reuses_a_freed_buffer_only():
+    x = _big()
+    y = tf.gradient_magnitude(x)
+    p = y.data_ptr()
+    want = y.clone()
+    del y
+    gc.collect()
+    y = tf.gradient_magnitude(x)
+    assert y.data_ptr() == p and torch.equal(y, want)
+    z = tf.gradient_magnitude(x)  # y is alive: another buffer
+    assert z.data_ptr() != y.data_ptr()
+    v = z[3]  # a view keeps z's buffer in use
+    del z
+    w = tf.gradient_magnitude(x)
+    assert w.data_ptr() not in (y.data_ptr(), v.data_ptr() - 3 * 128 * 256 * 4)
+    assert torch.equal(w, want) and torch.equal(v, want[3])
+
+
+def test_cache_serves_every_dtype_and_backward():
+    for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        x = rand(4, 128, 128, seed=1, dtype=dt).requires_grad_(True)
+        y = tf.gradient_magnitude(x)
+        y.sum().backward()
+        want = tf.gradient_magnitude(x.detach(), backend="reference")
+        assert y.dtype == dt and x.grad.dtype == dt
+        torch.testing.assert_close(y.detach(), want, rtol=1e-2, atol=1e-2)
+
+
+def test_empty_cache_and_limit(monkeypatch):
+    x = _big()
+    y = tf.gradient_magnitude(x)
+    tf.gradient_magnitude(x)  # freed at once
+    released = cpu.empty_cache()
+    assert released >= x.numel() * 4
+    assert cpu.empty_cache() == 0  # y's buffer is in use: kept
+    p = y.data_ptr()
+    assert any(b.ctypes.data == p for b in cpu._cache)
+    del y
+    assert cpu.empty_cache() >= x.numel() * 4
+    monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", "0")
+    a = tf.gradient_magnitude(x)
+    assert not any(b.ctypes.data == a.data_ptr() for b in cpu._cache)
+    monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", "not a number")
+    with pytest.raises(ValueError):
+        tf.gradient_magnitude(x)
