@@ -305,6 +305,40 @@ def section_d():
                f"{t_sb / t_add:.1f}x; with autograd recording {t_ag / t_add:.1f}x")
 
 
+# --------------------------------------------------------------------------- startup
+
+_FIRST_CALL = """
+import time, torch
+import torchfilters as tf
+x = torch.randn(1000, 128, 28, 28)
+t0 = time.perf_counter()
+tf.gradient_magnitude(x)
+print(time.perf_counter() - t0)
+"""
+
+
+def section_startup():
+    """First gradient_magnitude call in a fresh process: with an empty numba cache (compile), then
+    again in a second process that finds the cache (``NUMBA_CACHE_DIR`` points both at a new
+    folder).  The import itself is not counted."""
+    import subprocess
+    import sys
+    import tempfile
+
+    print("\n(startup) first gradient_magnitude call of a process, (1000, 128, 28, 28) float32")
+    S = "startup"
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        times = []
+        for label in ("empty numba cache: compiles", "second process: the cache is warm"):
+            run = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env, capture_output=True, text=True,
+                                 check=True)
+            times.append(row(S, label, float(run.stdout.split()[-1])))
+    ratio_line(f"cold start {times[0]:.2f} s (target <= 5 s); warm {times[1]:.2f} s (target < 1 s)")
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -348,7 +382,7 @@ def main(argv=None):
     global QUICK
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller repeat counts")
-    p.add_argument("--only", default="a,b,a2,c,d", help="comma-separated sections (default: all)")
+    p.add_argument("--only", default="a,b,a2,c,d,startup", help="comma-separated sections (default: all)")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
     args = p.parse_args(argv)
     QUICK = args.quick
@@ -358,7 +392,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     tf.gradient_magnitude(torch.randn(2, 3, 28, 28))
     print(f"first torchfilters call: {time.perf_counter() - t0:.2f} s")
-    sections = {"a": section_a, "b": section_b, "a2": section_a2, "c": section_c, "d": section_d}
+    sections = {"a": section_a, "b": section_b, "a2": section_a2, "c": section_c, "d": section_d,
+                "startup": section_startup}
     for name in args.only.split(","):
         sections[name.strip()]()
     if args.markdown:

@@ -847,70 +847,128 @@ def _sum3_zc(a, b, c):
     return (a + c) + b
 
 
-def _d3_stencil(FORM):
+# The direct kernels are closures over integers only (form and epilogue codes: numba's disk
+# cache keys on the closure's values, and jitted functions in it would differ per process).
+# The helpers below are overloads that specialise on those integers as literals, so each
+# kernel compiles only its own stencils and epilogue.
+
+
+def _d3_st(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):  # pragma: no cover - overload below
+    raise NotImplementedError
+
+
+def _d3_out(EPI, K, o, oq, osK, a, b):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, w):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, w):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _literal(*codes):
+    return all(isinstance(c, types.IntegerLiteral) for c in codes)
+
+
+@overload(_d3_st, jit_options=dict(cache=True), inline="always")
+def _ol_d3_st(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
     """One stencil at flat position ``mid`` (rows above/below at ``up``/``dn``, columns at
     offsets ``l``/``r``): FORM_H ``h . x[row, l/c/r]``, FORM_V ``v . x[up/mid/dn, c]``, FORM_VH
-    ``h . (v . x)`` (vertical pass first, as the general engine); ``+ ZV``/``+ ZH``: the
-    vertical/horizontal centre tap is 0.  Every tap is multiplied, zeros too (SciPy's 1-D
-    passes).  Inlined into the kernels' loops (numba IR inlining)."""
-    base = FORM & 3
-    sv = _sum3_zc if FORM & ZV else _sum3
-    sh = _sum3_zc if FORM & ZH else _sum3
-    if base == FORM_H:
+    ``h . (v . x)`` (vertical pass first, as the general engine); ``| ZV`` / ``| ZH``: the
+    vertical / horizontal centre tap is 0.  Every tap is multiplied, zeros too (SciPy's 1-D
+    passes: a NaN under a 0 tap is NaN)."""
+    if not _literal(FORM):
+        return None
+    f = FORM.literal_value
+    sv = _sum3_zc if f & ZV else _sum3
+    sh = _sum3_zc if f & ZH else _sum3
+    if f & 3 == FORM_H:
+        return lambda FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2: sh(
+            h0 * _ld(x, mid + l), h1 * _ld(x, mid), h2 * _ld(x, mid + r))
+    if f & 3 == FORM_V:
+        return lambda FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2: sv(
+            v0 * _ld(x, up), v1 * _ld(x, mid), v2 * _ld(x, dn))
 
-        def st(x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
-            return sh(h0 * _ld(x, mid + l), h1 * _ld(x, mid), h2 * _ld(x, mid + r))
+    def vh(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
+        a = sv(v0 * _ld(x, up + l), v1 * _ld(x, mid + l), v2 * _ld(x, dn + l))
+        b = sv(v0 * _ld(x, up), v1 * _ld(x, mid), v2 * _ld(x, dn))
+        c = sv(v0 * _ld(x, up + r), v1 * _ld(x, mid + r), v2 * _ld(x, dn + r))
+        return sh(h0 * a, h1 * b, h2 * c)
 
-    elif base == FORM_V:
+    return vh
 
-        def st(x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
-            return sv(v0 * _ld(x, up), v1 * _ld(x, mid), v2 * _ld(x, dn))
 
-    else:
+@overload(_d3_out, jit_options=dict(cache=True), inline="always")
+def _ol_d3_out(EPI, K, o, oq, osK, a, b):
+    """The epilogue and the store (``b``: the second stencil, unused when ``K == 1``)."""
+    if not _literal(EPI, K):
+        return None
+    epi, k = EPI.literal_value, K.literal_value
+    if k == 1 and epi == EPI_MAG:
+        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, math.sqrt(a * a))
+    if k == 1:
+        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, a)
+    if epi == EPI_MAG:
+        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, math.sqrt(a * a + b * b))
+    if epi == EPI_DIR:
+        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, _atan2(a, b))
 
-        def st(x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
-            a = sv(v0 * _ld(x, up + l), v1 * _ld(x, mid + l), v2 * _ld(x, dn + l))
-            b = sv(v0 * _ld(x, up), v1 * _ld(x, mid), v2 * _ld(x, dn))
-            c = sv(v0 * _ld(x, up + r), v1 * _ld(x, mid + r), v2 * _ld(x, dn + r))
-            return sh(h0 * a, h1 * b, h2 * c)
+    def stack(EPI, K, o, oq, osK, a, b):
+        _st(o, oq, a)
+        _st(o, oq + osK, b)
 
-    return njit(inline="always", **_JIT)(st)
+    return stack
+
+
+@overload(_d3_pixel, jit_options=dict(cache=True), inline="always")
+def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, w):
+    """Stencil ``F0`` (and ``F1`` if ``K == 2``) at one position, the epilogue, the store."""
+    if not _literal(F0, F1, EPI, K):
+        return None
+    if K.literal_value == 1:
+
+        def one(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, w):
+            a = _d3_st(F0, x, up, mid, dn, l, r, w[0], w[1], w[2], w[3], w[4], w[5])
+            _d3_out(EPI, K, o, oq, osK, a, a)
+
+        return one
+
+    def two(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, w):
+        a = _d3_st(F0, x, up, mid, dn, l, r, w[0], w[1], w[2], w[3], w[4], w[5])
+        b = _d3_st(F1, x, up, mid, dn, l, r, w[6], w[7], w[8], w[9], w[10], w[11])
+        _d3_out(EPI, K, o, oq, osK, a, b)
+
+    return two
+
+
+@overload(_d3_run, jit_options=dict(cache=True))
+def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, w):
+    """``n`` consecutive positions (left/right neighbours at -1/+1): the vectorised loop."""
+    if not _literal(F0, F1, EPI, K):
+        return None
+
+    def run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, w):
+        for q in range(n):
+            _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, w)
+
+    return run
 
 
 def _d3_kernel(FORMS, EPI):
-    """The direct kernel for one or two stencils of the given forms and one epilogue,
-    built (and compiled) on first use: every constant is known to the compiler, so the
-    interior loop is one fused, vectorised pass (loads, taps, epilogue, store)."""
+    """The direct kernel for one or two stencils of the given forms and one epilogue, built
+    (and compiled) on first use.  Its closure holds only integers (the disk cache keys on
+    them); every constant is known to the compiler, so the interior loop is one fused,
+    vectorised pass (loads, taps, epilogue, store)."""
     key = (FORMS, EPI)
     k = _d3_kernels.get(key)
     if k is not None:
         return k
     K = len(FORMS)
-    S0 = _d3_stencil(FORMS[0])
-    S1 = _d3_stencil(FORMS[-1])
-
-    @njit(inline="always", **_JIT)
-    def pixel(o, oq, osK, x, up, mid, dn, l, r, w):
-        a = S0(x, up, mid, dn, l, r, w[0], w[1], w[2], w[3], w[4], w[5])
-        if K == 1:
-            if EPI == EPI_MAG:
-                _st(o, oq, math.sqrt(a * a))
-            else:
-                _st(o, oq, a)
-        else:
-            b = S1(x, up, mid, dn, l, r, w[6], w[7], w[8], w[9], w[10], w[11])
-            if EPI == EPI_STACK:
-                _st(o, oq, a)
-                _st(o, oq + osK, b)
-            elif EPI == EPI_MAG:
-                _st(o, oq, math.sqrt(a * a + b * b))
-            else:
-                _st(o, oq, _atan2(a, b))
-
-    @njit(**_JIT)
-    def run(o, oq, osK, x, up, mid, dn, n, w):
-        for q in range(n):
-            pixel(o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, w)
+    F0 = FORMS[0]
+    F1 = FORMS[-1]
 
     @njit(**_JIT)
     def kernel(xa, oa, carrier, Da, Fa, La, it0, it1):
@@ -953,19 +1011,19 @@ def _d3_kernel(FORMS, EPI):
                 # interior rows, one flat run (columns 0 and W-1 read across row ends: redone below)
                 if ib > ia:
                     q0 = ia * W
-                    run(o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, (ib - ia) * W, w)
+                    _d3_run(F0, F1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, (ib - ia) * W, w)
                 for i in range(ra, rb):
                     up = xb + (i - 1 if i > 0 else fy0) * W
                     dn = xb + (i + 1 if i < H - 1 else fy1) * W
                     mid = xb + i * W
                     oi = ob + i * W
                     if (i == 0 or i == H - 1) and W > 2:  # first / last row: the row fold
-                        run(o, oi + 1, osK, x, up + 1, mid + 1, dn + 1, W - 2, w)
+                        _d3_run(F0, F1, EPI, K, o, oi + 1, osK, x, up + 1, mid + 1, dn + 1, W - 2, w)
                     # border columns: the column fold
-                    pixel(o, oi, osK, x, up, mid, dn, dl0, np.int64(1) if W > 1 else dr1, w)
+                    _d3_pixel(F0, F1, EPI, K, o, oi, osK, x, up, mid, dn, dl0, np.int64(1) if W > 1 else dr1, w)
                     if W > 1:
                         e = W - 1
-                        pixel(o, oi + e, osK, x, up + e, mid + e, dn + e, np.int64(-1), dr1, w)
+                        _d3_pixel(F0, F1, EPI, K, o, oi + e, osK, x, up + e, mid + e, dn + e, np.int64(-1), dr1, w)
         return F.size + Da.size + La.size
 
     _d3_kernels[key] = kernel
