@@ -188,3 +188,10 @@ def test_empty_cache_and_limit(monkeypatch):
     monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", "not a number")
     with pytest.raises(ValueError):
         tf.gradient_magnitude(x)
+
+
+def test_top_level_empty_cache():
+    x = _big(2)
+    tf.gradient_magnitude(x)  # freed at once: its buffer is cached
+    assert tf.empty_cache() >= x.numel() * 4
+    assert tf.empty_cache() == 0

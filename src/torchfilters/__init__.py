@@ -13,7 +13,7 @@ size), exact finite gradients, and fused CPU (numba) / GPU (Triton) engines.
 from importlib.metadata import PackageNotFoundError, version as _version
 
 from . import backends, kernels, nn
-from .backends import BackendUnavailableError
+from .backends import BackendUnavailableError, empty_cache
 from .functional import (
     convolve,
     convolve1d,
@@ -44,6 +44,7 @@ __all__ = [
     "correlate",
     "correlate1d",
     "derivative",
+    "empty_cache",
     "gaussian_filter",
     "gaussian_gradient_magnitude",
     "gradient",

@@ -91,3 +91,24 @@ def resolve(backend: str, device: torch.device, dtype: torch.dtype):
             f"backend {name!r} cannot run a {dtype} tensor on {device}{hint}; use backend='auto' or 'reference'"
         )
     return mod
+
+
+def empty_cache() -> int:
+    """Release the CPU engine's cached output buffers that no tensor uses any more.
+
+    Fresh CPU outputs of at least 1 MiB come from a small cache of reusable
+    buffers (as PyTorch's caching allocator does on CUDA), so that a loop of
+    ``y = op(x)`` does not page-fault a new output on every call.  The cache
+    holds at most ``TORCHFILTERS_CPU_CACHE_MB`` megabytes (default: a quarter
+    of the machine's RAM; ``0`` turns it off).
+
+    Returns:
+        The number of bytes released (0 when the CPU engine was never used).
+
+    Example:
+        >>> import torchfilters as tf
+        >>> tf.empty_cache() >= 0
+        True
+    """
+    mod = _loaded.get("cpu")
+    return mod.empty_cache() if mod is not None else 0
