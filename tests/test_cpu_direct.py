@@ -20,7 +20,7 @@ import torchfilters as tf
 
 cpu = pytest.importorskip("torchfilters.backends.cpu")
 
-from conftest import OPERATORS, rand  # noqa: E402
+from conftest import OPERATORS, SMOOTH, rand  # noqa: E402
 
 FOLDING = ("reflect", "mirror", "nearest", "wrap", "grid-mirror", "grid-wrap")
 SHAPES = ((1, 1), (1, 2), (2, 1), (1, 9), (9, 1), (2, 2), (3, 3), (5, 17), (28, 28), (40, 3))
@@ -195,3 +195,74 @@ def test_top_level_empty_cache():
     tf.gradient_magnitude(x)  # freed at once: its buffer is cached
     assert tf.empty_cache() >= x.numel() * 4
     assert tf.empty_cache() == 0
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork") or __import__("sys").platform != "linux",
+                    reason="guard pages via libc mmap/mprotect")
+def test_no_reads_outside_the_input():
+    """Input planes between PROT_NONE pages: a read one element before or after the tensor
+    crashes the process (a regression: the flat run once read x[-1] and x[H*W])."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    pg = mmap.PAGESIZE
+    n = 2 * pg  # two pages of data between two guard pages
+    base = libc.mmap(None, n + 2 * pg, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
+    assert base not in (None, ctypes.c_void_p(-1).value)
+    try:
+        assert libc.mprotect(base, pg, 0) == 0 and libc.mprotect(base + pg + n, pg, 0) == 0
+        data = torch.frombuffer((ctypes.c_char * n).from_address(base + pg), dtype=torch.uint8)
+        for dt in (torch.float32, torch.float64):
+            flat = data.view(dt)
+            m = flat.numel()
+            flat.copy_(rand(m, seed=9, dtype=dt))
+            for shape in ((2, 32, m // 64), (1, 1, m), (1, m, 1), (m // 2, 2), (2, m // 2)):
+                x = flat.view(shape)
+                for op in OPERATORS:
+                    for mode in ("reflect", "wrap", "constant"):
+                        y = tf.gradient_magnitude(x, operator=op, mode=mode)
+                        want = tf.gradient_magnitude(x, operator=op, mode=mode, backend="reference")
+                        torch.testing.assert_close(y, want)
+                        tf.derivative(x, -1, operator=op, mode=mode)
+                        tf.derivative(x, -2, operator=op, mode=mode)
+    finally:
+        libc.munmap(base, n + 2 * pg)
+
+
+def test_large_finite_values_do_not_become_nan():
+    """The x-derivative of the smoothed operators: the vertical sum of the centre column can
+    overflow; its zero tap must not turn that into NaN (SciPy and the general engine stay finite)."""
+    ndi = pytest.importorskip("scipy.ndimage")
+    for dt, big in ((torch.float32, 1e38), (torch.float64, 1e308)):
+        x = torch.zeros(4, 6, dtype=dt)
+        x[:, 1] = big
+        x[:, 2] = 1.0
+        for op in ("sobel", "scharr", "prewitt"):
+            y = tf.derivative(x, -1, operator=op)
+            assert not y.isnan().any(), (op, dt)
+            d = ndi.correlate1d(x.numpy(), [-1.0, 0.0, 1.0], axis=-1, mode="reflect")  # SciPy's order
+            want = ndi.correlate1d(d, SMOOTH[op], axis=-2, mode="reflect").astype(np.float64)
+            finite = np.isfinite(want) & np.isfinite(y.double().numpy())
+            np.testing.assert_allclose(y.double().numpy()[finite], want[finite], rtol=1e-6)
+            g = tf.gradient_magnitude(x, operator=op)
+            assert not g.isnan().any(), (op, dt)
+
+
+def test_cache_limit_from_the_environment(monkeypatch):
+    x = _big(3)
+    for bad in ("lots", "nan"):
+        monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", bad)
+        with pytest.raises(ValueError, match="TORCHFILTERS_CPU_CACHE_MB"):
+            tf.gradient_magnitude(x)
+    for ok in ("", " ", "inf", "1e30", "64"):
+        monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", ok)
+        assert tf.gradient_magnitude(x).shape == x.shape
+    tf.gradient_magnitude(x)  # a free buffer in the cache
+    monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", "0")  # lowered later: the next output drops it
+    y = tf.gradient_magnitude(x)
+    assert cpu._cache == [] and not any(b.ctypes.data == y.data_ptr() for b in cpu._cache)

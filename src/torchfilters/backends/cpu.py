@@ -906,6 +906,20 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
         return lambda FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2: sv(
             v0 * _ld(x, up), v1 * _ld(x, mid), v2 * _ld(x, dn))
 
+    if f & ZH:
+
+        def vh_zc(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
+            # The zero centre tap times the centre column's vertical sum would be NaN where that
+            # sum overflows; the general engine (all samples finite: zero taps skipped) and SciPy
+            # (horizontal pass first) stay finite there.  Multiplying the samples instead gives
+            # +-0 for finite ones and NaN for a NaN/inf: the same bits as the general engine.
+            a = sv(v0 * _ld(x, up + l), v1 * _ld(x, mid + l), v2 * _ld(x, dn + l))
+            b = (h1 * _ld(x, up) + h1 * _ld(x, mid)) + h1 * _ld(x, dn)
+            c = sv(v0 * _ld(x, up + r), v1 * _ld(x, mid + r), v2 * _ld(x, dn + r))
+            return (h0 * a + h2 * c) + b
+
+        return vh_zc
+
     def vh(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
         a = sv(v0 * _ld(x, up + l), v1 * _ld(x, mid + l), v2 * _ld(x, dn + l))
         b = sv(v0 * _ld(x, up), v1 * _ld(x, mid), v2 * _ld(x, dn))
@@ -1022,10 +1036,13 @@ def _d3_kernel(FORMS, EPI):
                         ob = _poff(L, np.int64(R_O), p)
                     else:
                         ob += os1
-                # interior rows, one flat run (columns 0 and W-1 read across row ends: redone below)
-                if ib > ia:
-                    q0 = ia * W
-                    _d3_run(F0, F1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, (ib - ia) * W, w)
+                # interior rows, one flat run from column 1 of row ia to column W-2 of row ib-1
+                # (so that no tap reads outside the plane); columns 0 and W-1 of the rows in
+                # between read across row ends there and are redone below
+                if ib > ia and W > 2:
+                    q0 = ia * W + 1
+                    _d3_run(F0, F1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W,
+                            (ib - ia) * W - 2, w)
                 for i in range(ra, rb):
                     up = xb + (i - 1 if i > 0 else fy0) * W
                     dn = xb + (i + 1 if i < H - 1 else fy1) * W
@@ -1837,10 +1854,18 @@ def _layout(x, o, ok, g=None, gk=False, m=None):
 
 
 def _cache_limit():
-    """Bytes the output cache may hold: ``TORCHFILTERS_CPU_CACHE_MB``, else a quarter of RAM."""
-    env = os.environ.get("TORCHFILTERS_CPU_CACHE_MB")
-    if env is not None:
-        return max(0, int(float(env) * (1 << 20)))
+    """Bytes the output cache may hold: ``TORCHFILTERS_CPU_CACHE_MB`` (unset or empty: a quarter
+    of RAM; ``inf``: no limit)."""
+    env = os.environ.get("TORCHFILTERS_CPU_CACHE_MB", "").strip()
+    if env:
+        try:
+            mb = float(env)
+        except ValueError:
+            raise ValueError(f"TORCHFILTERS_CPU_CACHE_MB must be a number of megabytes (0 turns the output "
+                             f"cache off); got {env!r}") from None
+        if math.isnan(mb):
+            raise ValueError("TORCHFILTERS_CPU_CACHE_MB must be a number of megabytes; got 'nan'")
+        return sys.maxsize if mb == math.inf else max(0, int(min(mb, 2.0**43) * (1 << 20)))
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
     except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
@@ -1850,6 +1875,15 @@ def _cache_limit():
 #: output buffers (uint8 NumPy arrays) the cache owns; one is free when nothing else refers to it
 _cache: list = []
 _cache_lock = threading.Lock()
+
+
+def _after_fork():  # pragma: no cover - runs in a forked child
+    global _cache_lock
+    _cache_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def empty_cache() -> int:
@@ -1889,6 +1923,7 @@ def _cached_buffer(nbytes):
     """A uint8 buffer of at least ``nbytes`` bytes that no live tensor uses, or a new one."""
     limit = _cache_limit()
     with _cache_lock:
+        _drop_free(limit)  # the limit may have been lowered since the buffers were cached
         best = -1
         for i in range(len(_cache)):  # the smallest free buffer that fits without wasting half of itself
             n = _cache[i].nbytes
