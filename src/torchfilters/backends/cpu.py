@@ -887,24 +887,54 @@ def _literal(*codes):
     return all(isinstance(c, types.IntegerLiteral) for c in codes)
 
 
-@overload(_d3_st, jit_options=dict(cache=True), inline="always")
+@njit(inline="always", **_JIT)
+def _w_any(w, v):
+    return w * v
+
+
+@njit(inline="always", **_JIT)
+def _w_one(w, v):
+    return v
+
+
+@njit(inline="always", **_JIT)
+def _w_minus_one(w, v):
+    return -v
+
+
+@njit(inline="always", **_JIT)
+def _w_two(w, v):
+    return v + v
+
+
+#: ``w * v`` for a tap of weight class 0 (any weight), 1 (+1), 2 (-1), 3 (+2): the classes
+#: give the same bits as the product (NaN, inf and signed zeros included) without a multiply
+_W_CLASS = (_w_any, _w_one, _w_minus_one, _w_two)
+
+
+def _w_class(w):
+    return {1.0: 1, -1.0: 2, 2.0: 3}.get(float(w), 0)
+
+
+@overload(_d3_st, inline="always")
 def _ol_d3_st(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
     """One stencil at flat position ``mid`` (rows above/below at ``up``/``dn``, columns at
     offsets ``l``/``r``): FORM_H ``h . x[row, l/c/r]``, FORM_V ``v . x[up/mid/dn, c]``, FORM_VH
     ``h . (v . x)`` (vertical pass first, as the general engine); ``| ZV`` / ``| ZH``: the
-    vertical / horizontal centre tap is 0.  Every tap is multiplied, zeros too (SciPy's 1-D
-    passes: a NaN under a 0 tap is NaN)."""
+    vertical / horizontal centre tap is 0; bits 4.. : the weight class of each tap (``_W_CLASS``).
+    Every tap is multiplied, zeros too (SciPy's 1-D passes: a NaN under a 0 tap is NaN)."""
     if not _literal(FORM):
         return None
     f = FORM.literal_value
     sv = _sum3_zc if f & ZV else _sum3
     sh = _sum3_zc if f & ZH else _sum3
+    mv0, mv1, mv2, mh0, mh1, mh2 = (_W_CLASS[(f >> (4 + 2 * t)) & 3] for t in range(6))
     if f & 3 == FORM_H:
         return lambda FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2: sh(
-            h0 * _ld(x, mid + l), h1 * _ld(x, mid), h2 * _ld(x, mid + r))
+            mh0(h0, _ld(x, mid + l)), mh1(h1, _ld(x, mid)), mh2(h2, _ld(x, mid + r)))
     if f & 3 == FORM_V:
         return lambda FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2: sv(
-            v0 * _ld(x, up), v1 * _ld(x, mid), v2 * _ld(x, dn))
+            mv0(v0, _ld(x, up)), mv1(v1, _ld(x, mid)), mv2(v2, _ld(x, dn)))
 
     if f & ZH:
 
@@ -913,23 +943,23 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
             # sum overflows; the general engine (all samples finite: zero taps skipped) and SciPy
             # (horizontal pass first) stay finite there.  Multiplying the samples instead gives
             # +-0 for finite ones and NaN for a NaN/inf: the same bits as the general engine.
-            a = sv(v0 * _ld(x, up + l), v1 * _ld(x, mid + l), v2 * _ld(x, dn + l))
+            a = sv(mv0(v0, _ld(x, up + l)), mv1(v1, _ld(x, mid + l)), mv2(v2, _ld(x, dn + l)))
             b = (h1 * _ld(x, up) + h1 * _ld(x, mid)) + h1 * _ld(x, dn)
-            c = sv(v0 * _ld(x, up + r), v1 * _ld(x, mid + r), v2 * _ld(x, dn + r))
-            return (h0 * a + h2 * c) + b
+            c = sv(mv0(v0, _ld(x, up + r)), mv1(v1, _ld(x, mid + r)), mv2(v2, _ld(x, dn + r)))
+            return (mh0(h0, a) + mh2(h2, c)) + b
 
         return vh_zc
 
     def vh(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
-        a = sv(v0 * _ld(x, up + l), v1 * _ld(x, mid + l), v2 * _ld(x, dn + l))
-        b = sv(v0 * _ld(x, up), v1 * _ld(x, mid), v2 * _ld(x, dn))
-        c = sv(v0 * _ld(x, up + r), v1 * _ld(x, mid + r), v2 * _ld(x, dn + r))
-        return sh(h0 * a, h1 * b, h2 * c)
+        a = sv(mv0(v0, _ld(x, up + l)), mv1(v1, _ld(x, mid + l)), mv2(v2, _ld(x, dn + l)))
+        b = sv(mv0(v0, _ld(x, up)), mv1(v1, _ld(x, mid)), mv2(v2, _ld(x, dn)))
+        c = sv(mv0(v0, _ld(x, up + r)), mv1(v1, _ld(x, mid + r)), mv2(v2, _ld(x, dn + r)))
+        return sh(mh0(h0, a), mh1(h1, b), mh2(h2, c))
 
     return vh
 
 
-@overload(_d3_out, jit_options=dict(cache=True), inline="always")
+@overload(_d3_out, inline="always")
 def _ol_d3_out(EPI, K, o, oq, osK, a, b):
     """The epilogue and the store (``b``: the second stencil, unused when ``K == 1``)."""
     if not _literal(EPI, K):
@@ -951,7 +981,7 @@ def _ol_d3_out(EPI, K, o, oq, osK, a, b):
     return stack
 
 
-@overload(_d3_pixel, jit_options=dict(cache=True), inline="always")
+@overload(_d3_pixel, inline="always")
 def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, w):
     """Stencil ``F0`` (and ``F1`` if ``K == 2``) at one position, the epilogue, the store."""
     if not _literal(F0, F1, EPI, K):
@@ -972,7 +1002,7 @@ def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, w):
     return two
 
 
-@overload(_d3_run, jit_options=dict(cache=True))
+@overload(_d3_run)
 def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, w):
     """``n`` consecutive positions (left/right neighbours at -1/+1): the vectorised loop."""
     if not _literal(F0, F1, EPI, K):
@@ -1766,16 +1796,18 @@ def _d3_form(vt, ht, dt):
             return None
         return [w[-1], w[0], w[1]]
 
+    def code(base, w):
+        c = base | (ZV if w[1] == 0.0 else 0) | (ZH if w[4] == 0.0 else 0)
+        return c | sum(_w_class(wt) << (4 + 2 * t) for t, wt in enumerate(w)), w
+
     if vt and ht:
         v, h = three(vt, 0), three(ht, 1)
-        if v is None or h is None:
-            return None
-        return FORM_VH | (ZV if v[1] == 0.0 else 0) | (ZH if h[1] == 0.0 else 0), v + h
+        return None if v is None or h is None else code(FORM_VH, v + h)
     v, h = three(dt, 0), three(dt, 1)
     if h is not None:
-        return FORM_H | (ZH if h[1] == 0.0 else 0), [0.0, 0.0, 0.0] + h
+        return code(FORM_H, [0.0, 1.0, 0.0] + h)  # (unused vertical taps: non-zero, class 0)
     if v is not None:
-        return FORM_V | (ZV if v[1] == 0.0 else 0), v + [0.0, 0.0, 0.0]
+        return code(FORM_V, v + [0.0, 1.0, 0.0])
     return None
 
 
