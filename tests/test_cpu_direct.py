@@ -83,16 +83,64 @@ def test_blockings(mode, monkeypatch):
     x1 = rand(2, 37, 7, 9, seed=1)
     x2 = rand(1, 67, 45, seed=2)
     got = [tf.gradient_magnitude(x, operator="sobel", mode=mode) for x in (x1, x2)]
+    monkeypatch.setattr(cpu, "_d3_cache", {})  # plans made under the patched sizes stay here
     monkeypatch.setattr(cpu, "_WHOLE", 0)
-    monkeypatch.setattr(cpu, "_TILE", 1)
     monkeypatch.setattr(cpu, "_SERIAL", 0)
-    cpu._d3_cache.clear()
-    rows = [tf.gradient_magnitude(x, operator="sobel", mode=mode) for x in (x1, x2)]
+    rows = []
+    for tile in (1, 2 * 45, 3 * 45):  # row blocks of 1, 2 and 3 rows (67 = 22 * 3 + 1)
+        monkeypatch.setattr(cpu, "_TILE", tile)
+        cpu._d3_cache.clear()
+        rows.append(tf.gradient_magnitude(x2, operator="sobel", mode=mode))
     _general(monkeypatch)
-    for x, a, b in zip((x1, x2), got, rows):
-        want = tf.gradient_magnitude(x, operator="sobel", mode=mode)
-        assert torch.equal(a, want) and torch.equal(b, want)
-    cpu._d3_cache.clear()
+    for x, a in zip((x1, x2), got):
+        assert torch.equal(a, tf.gradient_magnitude(x, operator="sobel", mode=mode))
+    want = tf.gradient_magnitude(x2, operator="sobel", mode=mode)
+    assert all(torch.equal(b, want) for b in rows)
+
+
+def test_planes_per_item_and_uncollapsed_leading_dims(monkeypatch, launches):
+    """Several planes per work item (two threads' worth of items), leading dims that do not
+    collapse (a slice of the second dim), and a stacked gradient into a permuted out=."""
+    monkeypatch.setattr(cpu, "_threads", lambda: 2)
+    monkeypatch.setattr(cpu, "_d3_cache", {})
+    base = rand(3, 50, 9, 11, seed=8)
+    x = base[:, 5:45]
+    out = torch.empty(2, 3, 40, 9, 11, dtype=x.dtype).permute(1, 2, 0, 3, 4)
+    got = [tf.gradient_magnitude(x, operator=op) for op in OPERATORS]
+    tf.gradient(x, operator="scharr", out=out)
+    assert launches and all(_direct(fn) for fn in launches)
+    _general(monkeypatch)
+    for op, y in zip(OPERATORS, got):
+        assert torch.equal(y, tf.gradient_magnitude(x, operator=op))
+    assert torch.equal(out, tf.gradient(x, operator="scharr"))
+
+
+@pytest.mark.parametrize("mode", ("reflect", "wrap"))
+def test_three_tap_correlations_and_non_finite_patterns(mode, monkeypatch, launches):
+    """3-tap correlate1d / convolve1d / 1x3 and 3x1 correlate take the direct path; NaN and inf
+    land where the general engine puts them, for every operator."""
+    x = rand(2, 9, 10, seed=12)
+    ops = [
+        lambda t: tf.correlate1d(t, [0.5, -2.0, 3.0], -1, mode=mode),
+        lambda t: tf.convolve1d(t, [1.0, 2.0, 1.0], -2, mode=mode),
+        lambda t: tf.correlate(t, [[1.0, -1.0, 2.0]], mode=mode),
+        lambda t: tf.correlate(t, [[1.0], [4.0], [1.0]], mode=mode),
+    ]
+    bad = x.clone()
+    bad[0, 4, 5] = math.nan
+    bad[0, 0, 9] = math.inf
+    bad[1, 8, 0] = -math.inf
+    for op in OPERATORS:
+        ops += [lambda t, op=op: tf.gradient_magnitude(t, operator=op, mode=mode),
+                lambda t, op=op: tf.derivative(t, -1, operator=op, mode=mode),
+                lambda t, op=op: tf.derivative(t, -2, operator=op, mode=mode)]
+    got = [f(t) for f in ops for t in (x, bad)]
+    assert launches and all(_direct(fn) for fn in launches)
+    _general(monkeypatch)
+    want = [f(t) for f in ops for t in (x, bad)]
+    for a, b in zip(got, want):
+        assert torch.equal(a.isnan(), b.isnan())
+        assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
 
 
 def test_matches_scipy():
@@ -101,7 +149,6 @@ def test_matches_scipy():
     for mode in ("reflect", "mirror", "nearest", "wrap"):
         y = tf.gradient_magnitude(x, operator="sobel", mode=mode).numpy()
         xn = x.numpy()
-        gx = ndi.sobel(xn, axis=-1, mode=mode)
         gy = np.stack([[ndi.sobel(p, axis=0, mode=mode) for p in b] for b in xn])
         gx = np.stack([[ndi.sobel(p, axis=1, mode=mode) for p in b] for b in xn])
         np.testing.assert_allclose(y, np.hypot(gx, gy), rtol=1e-13, atol=1e-13)
@@ -161,33 +208,64 @@ def test_cache_reuses_a_freed_buffer_only():
     assert torch.equal(w, want) and torch.equal(v, want[3])
 
 
-def test_cache_serves_every_dtype_and_backward():
+def test_cache_serves_every_dtype_and_backward(monkeypatch):
+    calls = []
+    take = cpu._cached_buffer
+
+    def spy(nbytes):
+        buf, cached = take(nbytes)
+        calls.append((buf.ctypes.data, cached))
+        return buf, cached
+
+    monkeypatch.setattr(cpu, "_cached_buffer", spy)
     for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-        x = rand(4, 128, 128, seed=1, dtype=dt).requires_grad_(True)
+        x = rand(8, 256, 256, seed=1, dtype=dt)  # >= 1 MiB in every dtype
+        gc.collect()  # (autograd graphs of the previous dtype)
+        cpu.empty_cache()
         y = tf.gradient_magnitude(x)
-        y.sum().backward()
-        want = tf.gradient_magnitude(x.detach(), backend="reference")
-        assert y.dtype == dt and x.grad.dtype == dt
-        torch.testing.assert_close(y.detach(), want, rtol=1e-2, atol=1e-2)
+        p = y.data_ptr()
+        want = y.clone()
+        del y
+        y = tf.gradient_magnitude(x)  # the freed buffer again
+        assert y.data_ptr() == p and y.dtype == dt and torch.equal(y, want)
+        xx = x.clone().requires_grad_(True)
+        tf.gradient_magnitude(xx).sum().backward()  # the backward output comes from the cache too
+        assert calls[-1] == (xx.grad.data_ptr(), True)
+        want_grad = x.clone().requires_grad_(True)
+        tf.gradient_magnitude(want_grad, backend="reference").sum().backward()
+        torch.testing.assert_close(xx.grad.double(), want_grad.grad.double(), rtol=2e-2, atol=2e-2)
+    assert all(cached for _, cached in calls)
 
 
 def test_empty_cache_and_limit(monkeypatch):
     x = _big()
+    cpu.empty_cache()
     y = tf.gradient_magnitude(x)
-    tf.gradient_magnitude(x)  # freed at once
-    released = cpu.empty_cache()
-    assert released >= x.numel() * 4
-    assert cpu.empty_cache() == 0  # y's buffer is in use: kept
+    tf.gradient_magnitude(x)  # freed at once: its buffer is free in the cache
+    assert len(cpu._free_bufs) == 1
+    assert cpu.empty_cache() >= x.numel() * 4
+    assert cpu.empty_cache() == 0 and cpu._free_bufs == []  # y's buffer is in use: kept
     p = y.data_ptr()
-    assert any(b.ctypes.data == p for b in cpu._cache)
     del y
+    assert [b.ctypes.data for b in cpu._free_bufs] == [p]
     assert cpu.empty_cache() >= x.numel() * 4
     monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", "0")
+    in_use = cpu._in_use
     a = tf.gradient_magnitude(x)
-    assert not any(b.ctypes.data == a.data_ptr() for b in cpu._cache)
-    monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", "not a number")
-    with pytest.raises(ValueError):
-        tf.gradient_magnitude(x)
+    assert cpu._in_use == in_use  # not a cached buffer
+    del a
+    assert cpu._free_bufs == []
+
+
+def test_cache_keeps_few_free_buffers():
+    """Varying sizes must not pile up dead buffers: at most ``_MAX_FREE`` free ones stay."""
+    cpu.empty_cache()
+    for i in range(8):
+        tf.gradient_magnitude(rand(1, 300 + 150 * i, 400, seed=i, dtype=torch.float32))
+    assert len(cpu._free_bufs) <= cpu._MAX_FREE
+    sizes = [b.nbytes for b in cpu._free_bufs]
+    assert sizes == sorted(sizes)  # the most recently released (largest here) are kept
+    cpu.empty_cache()
 
 
 def test_top_level_empty_cache():
@@ -197,11 +275,32 @@ def test_top_level_empty_cache():
     assert tf.empty_cache() == 0
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "fork") or __import__("sys").platform != "linux",
-                    reason="guard pages via libc mmap/mprotect")
+_GUARD_PAGES = """
+import sys
+sys.path[:0] = {paths!r}
+import test_cpu_direct
+test_cpu_direct._reads_inside_the_input()
+print("ok")
+"""
+
+
+@pytest.mark.skipif(__import__("sys").platform != "linux", reason="guard pages via libc mmap/mprotect")
 def test_no_reads_outside_the_input():
     """Input planes between PROT_NONE pages: a read one element before or after the tensor
-    crashes the process (a regression: the flat run once read x[-1] and x[H*W])."""
+    crashes the process (a regression: the flat run once read x[-1] and x[H*W]).  Runs in a
+    subprocess, so that a crash fails this test instead of killing pytest."""
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [here, os.path.join(here, "..", "src")]
+    run = subprocess.run([sys.executable, "-c", _GUARD_PAGES.format(paths=paths)], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), (run.returncode, run.stderr[-2000:])
+
+
+def _reads_inside_the_input():
     import ctypes
     import mmap
 
@@ -259,10 +358,14 @@ def test_cache_limit_from_the_environment(monkeypatch):
         monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", bad)
         with pytest.raises(ValueError, match="TORCHFILTERS_CPU_CACHE_MB"):
             tf.gradient_magnitude(x)
-    for ok in ("", " ", "inf", "1e30", "64"):
+    for ok in ("", " ", "inf", "1e30", "64", "-5", "-inf"):
         monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", ok)
         assert tf.gradient_magnitude(x).shape == x.shape
+    monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", "64")
     tf.gradient_magnitude(x)  # a free buffer in the cache
+    assert cpu._free_bufs
     monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", "0")  # lowered later: the next output drops it
     y = tf.gradient_magnitude(x)
-    assert cpu._cache == [] and not any(b.ctypes.data == y.data_ptr() for b in cpu._cache)
+    assert cpu._free_bufs == [] and y.shape == x.shape
+    monkeypatch.delenv("TORCHFILTERS_CPU_CACHE_MB")
+    assert cpu._cache_limit() <= 2 << 30

@@ -85,6 +85,7 @@ import math
 import os
 import sys
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -1885,33 +1886,53 @@ def _layout(x, o, ok, g=None, gk=False, m=None):
     return L
 
 
-def _cache_limit():
-    """Bytes the output cache may hold: ``TORCHFILTERS_CPU_CACHE_MB`` (unset or empty: a quarter
-    of RAM; ``inf``: no limit)."""
-    env = os.environ.get("TORCHFILTERS_CPU_CACHE_MB", "").strip()
-    if env:
-        try:
-            mb = float(env)
-        except ValueError:
-            raise ValueError(f"TORCHFILTERS_CPU_CACHE_MB must be a number of megabytes (0 turns the output "
-                             f"cache off); got {env!r}") from None
-        if math.isnan(mb):
-            raise ValueError("TORCHFILTERS_CPU_CACHE_MB must be a number of megabytes; got 'nan'")
-        return sys.maxsize if mb == math.inf else max(0, int(min(mb, 2.0**43) * (1 << 20)))
+def _memory_bytes():
+    """Physical memory, or the cgroup's limit when lower (containers)."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return 1 << 30
+        total = 4 << 30
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                total = min(total, int(f.read().strip()))
+        except (OSError, ValueError):  # absent, or "max"
+            pass
+    return total
 
 
-#: output buffers (uint8 NumPy arrays) the cache owns; one is free when nothing else refers to it
-_cache: list = []
-_cache_lock = threading.Lock()
+def _cache_limit():
+    """Bytes the output cache may hold, buffers in use included: ``TORCHFILTERS_CPU_CACHE_MB``
+    (unset or empty: a quarter of the memory, at most 2 GiB; ``inf``: no limit)."""
+    env = os.environ.get("TORCHFILTERS_CPU_CACHE_MB", "").strip()
+    if not env:
+        return min(_memory_bytes() // 4, 2 << 30)
+    try:
+        mb = float(env)
+    except ValueError:
+        mb = math.nan
+    if math.isnan(mb):
+        raise ValueError(f"TORCHFILTERS_CPU_CACHE_MB must be a number of megabytes (0 turns the output cache off); "
+                         f"got {env!r}")
+    if mb <= 0:
+        return 0
+    return sys.maxsize if mb == math.inf else int(min(mb, 2.0**43) * (1 << 20))
+
+
+# The output cache.  Buffers handed out are tracked by a finalizer on the NumPy array the
+# output tensor wraps: when the tensor (and every view of it) is gone, the buffer comes back
+# to ``_free_bufs`` (most recently released last) for the next output it fits.
+_free_bufs: list = []
+_in_use = 0  # bytes of the cached buffers that outputs still use
+_limit = 0  # the limit of the latest allocation (releases trim to it)
+#: free buffers kept at most (varying sizes must not pile up dead buffers)
+_MAX_FREE = 4
+_cache_lock = threading.RLock()  # re-entrant: a finalizer may run inside an allocation
 
 
 def _after_fork():  # pragma: no cover - runs in a forked child
     global _cache_lock
-    _cache_lock = threading.Lock()  # another thread may have held it at the fork
+    _cache_lock = threading.RLock()  # another thread may have held it at the fork
 
 
 if hasattr(os, "register_at_fork"):
@@ -1919,55 +1940,61 @@ if hasattr(os, "register_at_fork"):
 
 
 def empty_cache() -> int:
-    """Release the cached output buffers that no tensor uses any more; returns the bytes released.
+    """Release the CPU output cache's free buffers; returns the bytes released.
 
-    Fresh outputs of at least 1 MiB come from a small cache of reusable buffers (as PyTorch's
-    CUDA caching allocator does on GPUs): a buffer whose tensor has been freed is handed to the
-    next output of a size it fits, whose pages are then already mapped, instead of page-faulting
-    a new allocation (~80 ms per 400 MB here).  The cache holds at most
-    ``TORCHFILTERS_CPU_CACHE_MB`` (default: a quarter of the machine's RAM; 0 disables it).
+    Fresh CPU outputs of at least 1 MiB come from a cache of reusable buffers, as PyTorch's
+    caching allocator does on CUDA: when an output tensor and all its views are gone, its
+    buffer is kept and handed to the next output it fits (between half its size and its
+    size), whose pages are then already mapped instead of page-faulting a new allocation.  Per
+    process the cache holds at most ``TORCHFILTERS_CPU_CACHE_MB`` megabytes, buffers in use
+    included (default: a quarter of the memory -- the cgroup's limit in a container -- and at
+    most 2 GiB; ``0`` turns it off), and at most four free buffers.  Buffers in use are not
+    affected.  GPU memory is torch's business (``torch.cuda.empty_cache``).
     """
     with _cache_lock:
-        return _drop_free(0)
+        return _trim(0)
 
 
-def _free(i):
-    """Is cached buffer ``i`` unused?  (References: the cache list and getrefcount's argument.)"""
-    return sys.getrefcount(_cache[i]) <= 2
-
-
-def _drop_free(keep):
-    """Drop free buffers, largest first, until the cache holds at most ``keep`` bytes; returns
-    the bytes dropped."""
-    held = sum(b.nbytes for b in _cache)
+def _trim(limit):
+    """Drop free buffers, least recently released first, while more than ``_MAX_FREE`` are free
+    or the cache holds more than ``limit`` bytes; returns the bytes dropped."""
     dropped = 0
-    for i in sorted(range(len(_cache)), key=lambda i: -_cache[i].nbytes):
-        if held - dropped <= keep:
-            break
-        if _free(i):
-            dropped += _cache[i].nbytes
-            _cache[i] = None
-    _cache[:] = [b for b in _cache if b is not None]
+    while _free_bufs and (len(_free_bufs) > _MAX_FREE or _in_use + sum(b.nbytes for b in _free_bufs) > limit):
+        dropped += _free_bufs.pop(0).nbytes
     return dropped
 
 
+def _release(buf):
+    """Finalizer of an output's NumPy array: its buffer is free again."""
+    global _in_use
+    with _cache_lock:
+        _in_use -= buf.nbytes
+        _free_bufs.append(buf)
+        if len(_free_bufs) > _MAX_FREE or _limit == 0:
+            _trim(_limit)
+
+
 def _cached_buffer(nbytes):
-    """A uint8 buffer of at least ``nbytes`` bytes that no live tensor uses, or a new one."""
+    """(uint8 buffer of at least ``nbytes`` bytes, owned by the cache?): a free cached buffer,
+    else a new one (cached if the limit allows)."""
+    global _in_use, _limit
     limit = _cache_limit()
     with _cache_lock:
-        _drop_free(limit)  # the limit may have been lowered since the buffers were cached
-        best = -1
-        for i in range(len(_cache)):  # the smallest free buffer that fits without wasting half of itself
-            n = _cache[i].nbytes
-            if nbytes <= n <= 2 * nbytes and _free(i) and (best < 0 or n < _cache[best].nbytes):
-                best = i
-        if best >= 0:
-            return _cache[best]
-        buf = np.empty(nbytes, np.uint8)  # >= 4 MiB: NumPy advises transparent huge pages
-        _drop_free(limit - nbytes)  # make room
-        if sum(b.nbytes for b in _cache) + nbytes <= limit:
-            _cache.append(buf)
-        return buf
+        _limit = limit
+        _trim(limit)  # the limit may have been lowered since the buffers were cached
+        best = None
+        for b in reversed(_free_bufs):  # the smallest free buffer that fits without wasting half
+            if nbytes <= b.nbytes <= 2 * nbytes and (best is None or b.nbytes < best.nbytes):
+                best = b  # of itself; of equal ones, the most recently released (warmest)
+        if best is not None:
+            del _free_bufs[next(k for k, b in enumerate(_free_bufs) if b is best)]
+        else:
+            _trim(limit - nbytes)  # make room
+            if _in_use + sum(b.nbytes for b in _free_bufs) + nbytes > limit:
+                return np.empty(nbytes, np.uint8), False
+            best = np.empty(nbytes, np.uint8)  # >= 4 MiB: NumPy advises transparent huge pages
+        _in_use += best.nbytes
+        return best, True
 
 
 def _alloc(shape, dtype):
@@ -1976,7 +2003,10 @@ def _alloc(shape, dtype):
     n = math.prod(shape)
     itemsize = 8 if dtype == torch.float64 else 4 if dtype == torch.float32 else 2
     if n * itemsize >= _NP_ALLOC:
-        arr = _cached_buffer(n * itemsize)[: n * itemsize].view(_NP_STORAGE[dtype])
+        buf, cached = _cached_buffer(n * itemsize)
+        arr = buf[: n * itemsize].view(_NP_STORAGE[dtype])
+        if cached:
+            weakref.finalize(arr, _release, buf)
         t = torch.from_numpy(arr)
         if dtype == torch.bfloat16:
             t = t.view(torch.bfloat16)
