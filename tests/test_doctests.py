@@ -8,7 +8,7 @@ import importlib
 import pytest
 import torch
 
-MODULES = ["torchfilters", "torchfilters.functional", "torchfilters.nn"]
+MODULES = ["torchfilters", "torchfilters.functional", "torchfilters.nn", "torchfilters.backends"]
 
 
 def _examples(modname):

@@ -76,7 +76,7 @@ def canonical_mode(mode: str) -> str:
     if key in _FOREIGN_MODES:
         scipy_name, origin = _FOREIGN_MODES[key]
         raise ValueError(
-            f"mode={mode!r} is a {origin} name; torchfilters uses scipy.ndimage mode names: "
+            f"mode={mode!r} is {'an' if origin[0] in 'AEIOU' else 'a'} {origin} name; torchfilters uses scipy.ndimage mode names: "
             f"use mode={scipy_name!r} for the same boundary (accepted: {_ACCEPTED})"
         )
     raise ValueError(f"unknown mode={mode!r}; accepted: {_ACCEPTED}")

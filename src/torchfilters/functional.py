@@ -794,7 +794,8 @@ def selective_blur(
     * ``normalized=True``: inside the mask, the weighted mean over the *masked*
       neighbours only, ``blur(m * x) / blur(m)``, so excluded outliers never
       leak in; pixels with no masked neighbour (``blur(m) = 0``) are kept.
-      Outside the image nothing counts as masked, so ``cval`` is unused.
+      The image and the mask are both extended by ``mode``; in ``constant``
+      mode nothing outside the image counts as masked, so ``cval`` is unused.
       Weights must be non-negative.  Gradients are finite everywhere.
 
     The mask carries no gradient.  ``keep_border=True`` leaves untouched every

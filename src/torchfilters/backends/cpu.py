@@ -43,8 +43,10 @@ flat loop over a plane's interior rows (taps at constant flat offsets: loads,
 taps, epilogue and store in one vectorised pass; columns 0 and W-1 read across
 row ends there and are recomputed), the first/last rows through the row fold,
 the two border columns through the column fold.  It sums the taps in the
-general engine's order, so both paths give the same bits.  This is what brings
-a batch of 28x28 planes to about the memory floor.
+general engine's order, so both paths give the same values (signs of zero
+aside; and where a Sobel-type column sum overflows next to a NaN elsewhere in
+the tile, the direct path keeps SciPy's finite values where the general engine
+gives NaN).  This is what brings a batch of 28x28 planes near the memory floor.
 
 Backward passes are the adjoint, fused the same way: for a linear stencil
 with folded boundaries it is ``Pad^T S^T g``.  ``S^T g`` is a correlation of
@@ -943,7 +945,7 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
             # The zero centre tap times the centre column's vertical sum would be NaN where that
             # sum overflows; the general engine (all samples finite: zero taps skipped) and SciPy
             # (horizontal pass first) stay finite there.  Multiplying the samples instead gives
-            # +-0 for finite ones and NaN for a NaN/inf: the same bits as the general engine.
+            # +-0 for finite ones and NaN for a NaN/inf: the general engine's bits on finite tiles.
             a = sv(mv0(v0, _ld(x, up + l)), mv1(v1, _ld(x, mid + l)), mv2(v2, _ld(x, dn + l)))
             b = (h1 * _ld(x, up) + h1 * _ld(x, mid)) + h1 * _ld(x, dn)
             c = sv(mv0(v0, _ld(x, up + r)), mv1(v1, _ld(x, mid + r)), mv2(v2, _ld(x, dn + r)))
@@ -1088,8 +1090,7 @@ def _d3_kernel(FORMS, EPI):
                         _d3_pixel(F0, F1, EPI, K, o, oi + e, osK, x, up + e, mid + e, dn + e, np.int64(-1), dr1, w)
         return F.size + Da.size + La.size
 
-    _d3_kernels[key] = kernel
-    return kernel
+    return _d3_kernels.setdefault(key, kernel)  # (a concurrent first call may have built one)
 
 
 @njit(**_JIT)
@@ -1806,7 +1807,7 @@ def _d3_form(vt, ht, dt):
         return None if v is None or h is None else code(FORM_VH, v + h)
     v, h = three(dt, 0), three(dt, 1)
     if h is not None:
-        return code(FORM_H, [0.0, 1.0, 0.0] + h)  # (unused vertical taps: non-zero, class 0)
+        return code(FORM_H, [0.0, 1.0, 0.0] + h)  # unused vertical taps (a non-zero centre: no ZV)
     if v is not None:
         return code(FORM_V, v + [0.0, 1.0, 0.0])
     return None
@@ -1824,7 +1825,7 @@ def _d3_plan(info, H, W, N, nthreads):
     if epi in (EPI_STACK, EPI_MAG, EPI_DIR) and mode != "constant" and len(forms) in (1, 2) and all(forms):
         fy = _fold(H, -1, H + 2, mode)
         fx = _fold(W, -1, W + 2, mode)
-        if fy.min() >= 0 and fx.min() >= 0:  # the mode folds onto samples (no cval)
+        if fy.min() >= 0 and fx.min() >= 0:  # a guard: every mode but constant folds onto samples
             if H * W <= _WHOLE and (N >= 2 * nthreads or _small(N, H, W)):
                 BR, NB, MP = H, 1, max(1, min(_STACK // (H * W), N // (8 * nthreads)))
             else:
