@@ -82,6 +82,7 @@ each compiled lazily once per storage dtype.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -1687,6 +1688,18 @@ def _correction(passes, mode, cval, H, W):
     return (1 if second.axis == -1 else 2), corr
 
 
+def _whole_planes(plane, N, H, W, nthreads):
+    """Do whole planes (``plane`` tile elements each) make the work items?  Yes when they fit a
+    tile and there are enough of them for the threads (or the call is tiny)."""
+    return plane <= _WHOLE and (N >= 2 * nthreads or _small(N, H, W))
+
+
+def _stack(tile, N, nthreads):
+    """Planes stacked per work item: tiles of ``tile`` elements up to ``_STACK`` (longer loops,
+    fewer calls), keeping at least 8 items per thread."""
+    return max(1, min(_STACK // tile, N // (8 * nthreads)))
+
+
 def _blocking(info, H, W, N, nthreads, backward=False):
     """(rows per work item, strip width, padded layout?).
 
@@ -1701,10 +1714,8 @@ def _blocking(info, H, W, N, nthreads, backward=False):
         nc = -(-W // _STRIP)
         CW = -(-W // nc)
     Ws = CW + ex if pad else W
-    if H * Ws <= _WHOLE and (N >= 2 * nthreads or N * H * W <= _SERIAL):
-        # whole planes; small ones stacked several to a tile (longer loops, fewer calls)
-        mp = 1 if backward or pad else max(1, min(_STACK // ((H + ey) * W), N // (8 * nthreads)))
-        return H, CW, pad, mp
+    if _whole_planes(H * Ws, N, H, W, nthreads):
+        return H, CW, pad, 1 if backward or pad else _stack((H + ey) * W, N, nthreads)
     return min(H, max(1, _TILE // Ws, min(2 * ey, 64))), CW, pad, 1
 
 
@@ -1826,8 +1837,8 @@ def _d3_plan(info, H, W, N, nthreads):
         fy = _fold(H, -1, H + 2, mode)
         fx = _fold(W, -1, W + 2, mode)
         if fy.min() >= 0 and fx.min() >= 0:  # a guard: every mode but constant folds onto samples
-            if H * W <= _WHOLE and (N >= 2 * nthreads or _small(N, H, W)):
-                BR, NB, MP = H, 1, max(1, min(_STACK // (H * W), N // (8 * nthreads)))
+            if _whole_planes(H * W, N, H, W, nthreads):
+                BR, NB, MP = H, 1, _stack(H * W, N, nthreads)
             else:
                 BR, MP = max(1, min(H, _TILE // W)), 1
                 NB = -(-H // BR)
@@ -1887,6 +1898,7 @@ def _layout(x, o, ok, g=None, gk=False, m=None):
     return L
 
 
+@functools.lru_cache(maxsize=None)
 def _memory_bytes():
     """Physical memory, or the cgroup's limit when lower (containers)."""
     try:
