@@ -160,6 +160,34 @@ def _f2bits(typingctx, v):
     return sig, codegen
 
 
+@intrinsic
+def _expo(typingctx, v):
+    """The exponent bits of a float32/float64 ``v`` as an unsigned integer of its width: equal to
+    ``_expo_all(v)`` exactly when ``v`` is inf or NaN (integer max-reductions vectorise)."""
+    w = v.bitwidth
+    ut = types.uint32 if w == 32 else types.uint64
+    mask = 0x7F800000 if w == 32 else 0x7FF0000000000000
+
+    def codegen(context, builder, signature, args):
+        it = ir.IntType(w)
+        return builder.and_(builder.bitcast(args[0], it), ir.Constant(it, mask))
+
+    return ut(v), codegen
+
+
+@intrinsic
+def _expo_all(typingctx, v):
+    """The all-ones exponent of ``v``'s float type (``_expo`` of inf and NaN)."""
+    w = v.bitwidth
+    ut = types.uint32 if w == 32 else types.uint64
+    mask = 0x7F800000 if w == 32 else 0x7FF0000000000000
+
+    def codegen(context, builder, signature, args):
+        return ir.Constant(ir.IntType(w), mask)
+
+    return ut(v), codegen
+
+
 @njit(**_JIT)
 def _h2f(h):
     """float16 bits -> float32, exact (integer arithmetic: no LLVM half type, whose
@@ -850,6 +878,9 @@ _K_FILTER_FWD = {e: _make_filter_fwd(e) for e in (EPI_STACK, EPI_MAG, EPI_DIR)}
 
 D_H, D_W, D_BR, D_NB, D_MP, D_FY0, D_FY1, D_FX0, D_FX1 = range(9)
 FORM_H, FORM_V, FORM_VH, ZV, ZH = 1, 2, 3, 4, 8
+#: form flag: leave the zero centre taps out (``x * 0`` is +-0 for finite ``x``, so on finite
+#: samples the sum changes only in the sign of a zero; run only after a finiteness check)
+SKIPZ = 1 << 16
 _d3_kernels: dict = {}
 
 
@@ -863,6 +894,12 @@ def _sum3_zc(a, b, c):
     """``_sum3`` with a zero centre tap ``b``: the general engine sums non-zero taps first, and
     so does the direct path (both give the same bits, up to the sign of zero)."""
     return (a + c) + b
+
+
+@njit(inline="always", **_JIT)
+def _sum3_skip(a, b, c):
+    """``_sum3_zc`` without the zero centre term (the compiler drops its loads and products)."""
+    return a + c
 
 
 # The direct kernels are closures over integers only (form and epilogue codes: numba's disk
@@ -930,8 +967,9 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
     if not _literal(FORM):
         return None
     f = FORM.literal_value
-    sv = _sum3_zc if f & ZV else _sum3
-    sh = _sum3_zc if f & ZH else _sum3
+    zc = _sum3_skip if f & SKIPZ else _sum3_zc
+    sv = zc if f & ZV else _sum3
+    sh = zc if f & ZH else _sum3
     mv0, mv1, mv2, mh0, mh1, mh2 = (_W_CLASS[(f >> (4 + 2 * t)) & 3] for t in range(6))
     if f & 3 == FORM_H:
         return lambda FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2: sh(
@@ -939,6 +977,15 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
     if f & 3 == FORM_V:
         return lambda FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2: sv(
             mv0(v0, _ld(x, up)), mv1(v1, _ld(x, mid)), mv2(v2, _ld(x, dn)))
+
+    if f & ZH and f & SKIPZ:
+
+        def vh_skip(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
+            a = sv(mv0(v0, _ld(x, up + l)), mv1(v1, _ld(x, mid + l)), mv2(v2, _ld(x, dn + l)))
+            c = sv(mv0(v0, _ld(x, up + r)), mv1(v1, _ld(x, mid + r)), mv2(v2, _ld(x, dn + r)))
+            return mh0(h0, a) + mh2(h2, c)
+
+        return vh_skip
 
     if f & ZH:
 
@@ -1012,11 +1059,33 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, w):
     if not _literal(F0, F1, EPI, K):
         return None
 
+    k2 = K.literal_value == 2 and EPI.literal_value == EPI_STACK
+
     def run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, w):
-        for q in range(n):
-            _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, w)
+        # chunks of 512 bytes; each first asks for the input and output lines 4 KiB ahead
+        # (prefetching the output for writing overlaps its read-for-ownership with the work)
+        line = _line(x)
+        ch = 8 * line
+        ahead = 64 * line
+        for c in range(0, n, ch):
+            for k in range(c + ahead, c + ahead + ch, line):
+                _prefetch_r(x, dn + k)
+                _prefetch_w(o, oq + k)
+                if k2:
+                    _prefetch_w(o, oq + osK + k)
+            for q in range(c, min(c + ch, n)):
+                _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, w)
 
     return run
+
+
+@njit(inline="always", **_JIT)
+def _expo_max(x, a, n):
+    """max of ``_expo`` over ``x[a : a + n]`` (n >= 1): ``_expo_all`` iff one is inf or NaN."""
+    e = _expo(_ld(x, a))
+    for q in range(1, n):
+        e = max(e, _expo(_ld(x, a + q)))
+    return e
 
 
 def _d3_kernel(FORMS, EPI):
@@ -1031,6 +1100,12 @@ def _d3_kernel(FORMS, EPI):
     K = len(FORMS)
     F0 = FORMS[0]
     F1 = FORMS[-1]
+    # zero centre taps are left out of the interior run when its samples are all finite (the
+    # check: one integer max-reduction over the rows it reads); not for the direction, whose
+    # atan2 tells the signs of zero apart
+    SKIP = EPI != EPI_DIR and any(f & (ZV | ZH) for f in FORMS)
+    S0 = F0 | SKIPZ
+    S1 = F1 | SKIPZ
 
     @njit(**_JIT)
     def kernel(xa, oa, carrier, Da, Fa, La, it0, it1):
@@ -1075,8 +1150,14 @@ def _d3_kernel(FORMS, EPI):
                 # between read across row ends there and are redone below
                 if ib > ia and W > 2:
                     q0 = ia * W + 1
-                    _d3_run(F0, F1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W,
-                            (ib - ia) * W - 2, w)
+                    n = (ib - ia) * W - 2
+                    e = _expo_all(w[0])
+                    if SKIP:
+                        e = _expo_max(x, xb + (ia - 1) * W, (ib - ia + 2) * W)
+                    if e != _expo_all(w[0]):
+                        _d3_run(S0, S1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, w)
+                    else:
+                        _d3_run(F0, F1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, w)
                 for i in range(ra, rb):
                     up = xb + (i - 1 if i > 0 else fy0) * W
                     dn = xb + (i + 1 if i < H - 1 else fy1) * W
