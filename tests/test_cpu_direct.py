@@ -143,6 +143,29 @@ def test_three_tap_correlations_and_non_finite_patterns(mode, monkeypatch, launc
         assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
 
 
+@pytest.mark.parametrize("dtype", (torch.float64, torch.float32, torch.float16))
+@pytest.mark.parametrize("bad", (math.nan, math.inf, -math.inf))
+def test_non_finite_anywhere_in_a_row_block(dtype, bad, monkeypatch):
+    """The interior run leaves zero centre taps out only when every sample it reads is finite.
+    One non-finite sample per plane, at every position of a 9x6 plane cut into row blocks of 3
+    rows (block edges, halo rows, corners, and the footprint centre, which only a zero tap
+    sees): the general engine's NaN/inf pattern and values, for every operator."""
+    H, W = 9, 6
+    x = rand(1, H, W, seed=21, dtype=dtype).repeat(H * W, 1, 1)
+    x.view(H * W, H * W)[range(H * W), range(H * W)] = bad
+    monkeypatch.setattr(cpu, "_d3_cache", {})
+    monkeypatch.setattr(cpu, "_WHOLE", 0)
+    monkeypatch.setattr(cpu, "_TILE", 3 * W)
+    ops = [f for op in OPERATORS for name, f in _ops(op).items() if name != "direction"]
+    got = [f(x, mode="mirror") for f in ops]
+    _general(monkeypatch)
+    for a, f in zip(got, ops):
+        b = f(x, mode="mirror")
+        assert torch.equal(a.isnan(), b.isnan())
+        assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+        assert a.isnan().any() or a.isinf().any()
+
+
 def test_matches_scipy():
     ndi = pytest.importorskip("scipy.ndimage")
     x = rand(2, 3, 13, 10, seed=3)
