@@ -143,13 +143,15 @@ def test_three_tap_correlations_and_non_finite_patterns(mode, monkeypatch, launc
         assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
 
 
+@pytest.mark.parametrize("mode", ("mirror", "nearest", "wrap"))
 @pytest.mark.parametrize("dtype", (torch.float64, torch.float32, torch.float16))
 @pytest.mark.parametrize("bad", (math.nan, math.inf, -math.inf))
-def test_non_finite_anywhere_in_a_row_block(dtype, bad, monkeypatch):
+def test_non_finite_anywhere_in_a_row_block(dtype, bad, mode, monkeypatch):
     """The interior run leaves zero centre taps out only when every sample it reads is finite.
     One non-finite sample per plane, at every position of a 9x6 plane cut into row blocks of 3
     rows (block edges, halo rows, corners, and the footprint centre, which only a zero tap
-    sees): the general engine's NaN/inf pattern and values, for every operator."""
+    sees): the general engine's NaN/inf pattern and values, for every operator; border columns
+    selected in the run (mirror, nearest) or fixed up after it (wrap)."""
     H, W = 9, 6
     x = rand(1, H, W, seed=21, dtype=dtype).repeat(H * W, 1, 1)
     x.view(H * W, H * W)[range(H * W), range(H * W)] = bad
@@ -157,10 +159,10 @@ def test_non_finite_anywhere_in_a_row_block(dtype, bad, monkeypatch):
     monkeypatch.setattr(cpu, "_WHOLE", 0)
     monkeypatch.setattr(cpu, "_TILE", 3 * W)
     ops = [f for op in OPERATORS for name, f in _ops(op).items() if name != "direction"]
-    got = [f(x, mode="mirror") for f in ops]
+    got = [f(x, mode=mode) for f in ops]
     _general(monkeypatch)
     for a, f in zip(got, ops):
-        b = f(x, mode="mirror")
+        b = f(x, mode=mode)
         assert torch.equal(a.isnan(), b.isnan())
         assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
         assert a.isnan().any() or a.isinf().any()

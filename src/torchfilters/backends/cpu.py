@@ -41,12 +41,19 @@ passes of three taps at offsets -1, 0, 1 -- in the modes that fold onto samples
 specialised per (stencil forms, epilogue) reads the input in place, one long
 flat loop over a plane's interior rows (taps at constant flat offsets: loads,
 taps, epilogue and store in one vectorised pass; columns 0 and W-1 read across
-row ends there and are recomputed), the first/last rows through the row fold,
-the two border columns through the column fold.  It sums the taps in the
-general engine's order, so both paths give the same values (signs of zero
+row ends there and are recomputed, or, on planes up to 64 wide in the modes
+whose fold is a neighbour in the row, take the folded value per lane by a
+select), the first/last rows through the row fold, the two border columns
+through the column fold.  The run leaves the zero centre taps out (the
+derivative taps of every operator) when an integer max over the exponent bits
+of the samples it read shows them all finite, and redoes itself with them
+otherwise (``x * 0`` only matters for inf and NaN); it asks for its input and
+output lines a few KiB ahead, the output for writing.  It sums the taps in
+the general engine's order, so both paths give the same values (signs of zero
 aside; and where a Sobel-type column sum overflows next to a NaN elsewhere in
 the tile, the direct path keeps SciPy's finite values where the general engine
-gives NaN).  This is what brings a batch of 28x28 planes near the memory floor.
+gives NaN).  This is what brings a batch of 28x28 planes and a 4096x4096 image
+near the memory floor.
 
 Backward passes are the adjoint, fused the same way: for a linear stencil
 with folded boundaries it is ``Pad^T S^T g``.  ``S^T g`` is a correlation of
@@ -186,6 +193,18 @@ def _expo_all(typingctx, v):
         return ir.Constant(ir.IntType(w), mask)
 
     return ut(v), codegen
+
+
+@intrinsic
+def _sel(typingctx, c, a, b):
+    """``a if c else b`` as one LLVM ``select`` (no branch: it vectorises)."""
+    sig = a(types.boolean, a, a)
+
+    def codegen(context, builder, signature, args):
+        cond = context.cast(builder, args[0], signature.args[0], types.boolean)
+        return builder.select(cond, args[1], args[2])
+
+    return sig, codegen
 
 
 @njit(**_JIT)
@@ -881,6 +900,10 @@ FORM_H, FORM_V, FORM_VH, ZV, ZH = 1, 2, 3, 4, 8
 #: form flag: leave the zero centre taps out (``x * 0`` is +-0 for finite ``x``, so on finite
 #: samples the sum changes only in the sign of a zero; run only after a finiteness check)
 SKIPZ = 1 << 16
+#: form flags for a run over whole rows: the lanes of column 0 / W-1 (``t`` = 1 / 2) take their
+#: outer neighbour from the fold, ``EDGE`` the column itself (reflect, nearest), ``MIRR`` the
+#: column on the other side (mirror): selects instead of scalar fix-ups of the border columns
+EDGE, MIRR = 1 << 17, 1 << 18
 _d3_kernels: dict = {}
 
 
@@ -908,7 +931,11 @@ def _sum3_skip(a, b, c):
 # kernel compiles only its own stencils and epilogue.
 
 
-def _d3_st(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):  # pragma: no cover - overload below
+def _d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):  # pragma: no cover - overload below
+    raise NotImplementedError
+
+
+def _d3_lr(FORM, x, p, l, r, t):  # pragma: no cover
     raise NotImplementedError
 
 
@@ -916,11 +943,15 @@ def _d3_out(EPI, K, o, oq, osK, a, b):  # pragma: no cover
     raise NotImplementedError
 
 
-def _d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, w):  # pragma: no cover
+def _d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):  # pragma: no cover
     raise NotImplementedError
 
 
-def _d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, w):  # pragma: no cover
+def _d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1):  # pragma: no cover
     raise NotImplementedError
 
 
@@ -957,8 +988,35 @@ def _w_class(w):
     return {1.0: 1, -1.0: 2, 2.0: 3}.get(float(w), 0)
 
 
-@overload(_d3_st, inline="always")
-def _ol_d3_st(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
+@overload(_d3_lr)
+def _ol_d3_lr(FORM, x, p, l, r, t):
+    """(left, right) neighbours of flat position ``p``: ``x[p + l]``, ``x[p + r]``, or under
+    ``EDGE`` / ``MIRR`` the fold's values for lanes in column 0 (``t == 1``) or W-1 (``t == 2``)."""
+    if not _literal(FORM):
+        return None
+    f = FORM.literal_value
+    if f & EDGE:
+
+        def edge(FORM, x, p, l, r, t):
+            c = _ld(x, p)
+            a = _ld(x, p + l)
+            b = _ld(x, p + r)
+            return _sel(t == 1, c, a), _sel(t == 2, c, b)
+
+        return edge
+    if f & MIRR:
+
+        def mirr(FORM, x, p, l, r, t):
+            a = _ld(x, p + l)
+            b = _ld(x, p + r)
+            return _sel(t == 1, b, a), _sel(t == 2, a, b)
+
+        return mirr
+    return lambda FORM, x, p, l, r, t: (_ld(x, p + l), _ld(x, p + r))
+
+
+@overload(_d3_st)
+def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
     """One stencil at flat position ``mid`` (rows above/below at ``up``/``dn``, columns at
     offsets ``l``/``r``): FORM_H ``h . x[row, l/c/r]``, FORM_V ``v . x[up/mid/dn, c]``, FORM_VH
     ``h . (v . x)`` (vertical pass first, as the general engine); ``| ZV`` / ``| ZH``: the
@@ -972,45 +1030,58 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
     sh = zc if f & ZH else _sum3
     mv0, mv1, mv2, mh0, mh1, mh2 = (_W_CLASS[(f >> (4 + 2 * t)) & 3] for t in range(6))
     if f & 3 == FORM_H:
-        return lambda FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2: sh(
-            mh0(h0, _ld(x, mid + l)), mh1(h1, _ld(x, mid)), mh2(h2, _ld(x, mid + r)))
+
+        def h(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
+            ml, mr = _d3_lr(FORM, x, mid, l, r, t)
+            return sh(mh0(h0, ml), mh1(h1, _ld(x, mid)), mh2(h2, mr))
+
+        return h
     if f & 3 == FORM_V:
-        return lambda FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2: sv(
+        return lambda FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2: sv(
             mv0(v0, _ld(x, up)), mv1(v1, _ld(x, mid)), mv2(v2, _ld(x, dn)))
 
     if f & ZH and f & SKIPZ:
 
-        def vh_skip(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
-            a = sv(mv0(v0, _ld(x, up + l)), mv1(v1, _ld(x, mid + l)), mv2(v2, _ld(x, dn + l)))
-            c = sv(mv0(v0, _ld(x, up + r)), mv1(v1, _ld(x, mid + r)), mv2(v2, _ld(x, dn + r)))
+        def vh_skip(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
+            ul, ur = _d3_lr(FORM, x, up, l, r, t)
+            ml, mr = _d3_lr(FORM, x, mid, l, r, t)
+            dl, dr = _d3_lr(FORM, x, dn, l, r, t)
+            a = sv(mv0(v0, ul), mv1(v1, ml), mv2(v2, dl))
+            c = sv(mv0(v0, ur), mv1(v1, mr), mv2(v2, dr))
             return mh0(h0, a) + mh2(h2, c)
 
         return vh_skip
 
     if f & ZH:
 
-        def vh_zc(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
+        def vh_zc(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
             # The zero centre tap times the centre column's vertical sum would be NaN where that
             # sum overflows; the general engine (all samples finite: zero taps skipped) and SciPy
             # (horizontal pass first) stay finite there.  Multiplying the samples instead gives
             # +-0 for finite ones and NaN for a NaN/inf: the general engine's bits on finite tiles.
-            a = sv(mv0(v0, _ld(x, up + l)), mv1(v1, _ld(x, mid + l)), mv2(v2, _ld(x, dn + l)))
+            ul, ur = _d3_lr(FORM, x, up, l, r, t)
+            ml, mr = _d3_lr(FORM, x, mid, l, r, t)
+            dl, dr = _d3_lr(FORM, x, dn, l, r, t)
+            a = sv(mv0(v0, ul), mv1(v1, ml), mv2(v2, dl))
             b = (h1 * _ld(x, up) + h1 * _ld(x, mid)) + h1 * _ld(x, dn)
-            c = sv(mv0(v0, _ld(x, up + r)), mv1(v1, _ld(x, mid + r)), mv2(v2, _ld(x, dn + r)))
+            c = sv(mv0(v0, ur), mv1(v1, mr), mv2(v2, dr))
             return (mh0(h0, a) + mh2(h2, c)) + b
 
         return vh_zc
 
-    def vh(FORM, x, up, mid, dn, l, r, v0, v1, v2, h0, h1, h2):
-        a = sv(mv0(v0, _ld(x, up + l)), mv1(v1, _ld(x, mid + l)), mv2(v2, _ld(x, dn + l)))
+    def vh(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
+        ul, ur = _d3_lr(FORM, x, up, l, r, t)
+        ml, mr = _d3_lr(FORM, x, mid, l, r, t)
+        dl, dr = _d3_lr(FORM, x, dn, l, r, t)
+        a = sv(mv0(v0, ul), mv1(v1, ml), mv2(v2, dl))
         b = sv(mv0(v0, _ld(x, up)), mv1(v1, _ld(x, mid)), mv2(v2, _ld(x, dn)))
-        c = sv(mv0(v0, _ld(x, up + r)), mv1(v1, _ld(x, mid + r)), mv2(v2, _ld(x, dn + r)))
+        c = sv(mv0(v0, ur), mv1(v1, mr), mv2(v2, dr))
         return sh(mh0(h0, a), mh1(h1, b), mh2(h2, c))
 
     return vh
 
 
-@overload(_d3_out, inline="always")
+@overload(_d3_out)
 def _ol_d3_out(EPI, K, o, oq, osK, a, b):
     """The epilogue and the store (``b``: the second stencil, unused when ``K == 1``)."""
     if not _literal(EPI, K):
@@ -1032,37 +1103,39 @@ def _ol_d3_out(EPI, K, o, oq, osK, a, b):
     return stack
 
 
-@overload(_d3_pixel, inline="always")
-def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, w):
+@overload(_d3_pixel)
+def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
     """Stencil ``F0`` (and ``F1`` if ``K == 2``) at one position, the epilogue, the store."""
     if not _literal(F0, F1, EPI, K):
         return None
     if K.literal_value == 1:
 
-        def one(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, w):
-            a = _d3_st(F0, x, up, mid, dn, l, r, w[0], w[1], w[2], w[3], w[4], w[5])
+        def one(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
+            a = _d3_st(F0, x, up, mid, dn, l, r, t, w[0], w[1], w[2], w[3], w[4], w[5])
             _d3_out(EPI, K, o, oq, osK, a, a)
 
         return one
 
-    def two(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, w):
-        a = _d3_st(F0, x, up, mid, dn, l, r, w[0], w[1], w[2], w[3], w[4], w[5])
-        b = _d3_st(F1, x, up, mid, dn, l, r, w[6], w[7], w[8], w[9], w[10], w[11])
+    def two(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
+        a = _d3_st(F0, x, up, mid, dn, l, r, t, w[0], w[1], w[2], w[3], w[4], w[5])
+        b = _d3_st(F1, x, up, mid, dn, l, r, t, w[6], w[7], w[8], w[9], w[10], w[11])
         _d3_out(EPI, K, o, oq, osK, a, b)
 
     return two
 
 
 @overload(_d3_run)
-def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, w):
+def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w):
     """``n`` consecutive positions (left/right neighbours at -1/+1): the vectorised loop.  With
-    ``SKIPZ`` in ``F0`` it returns the max of ``_expo`` over the centre samples it read."""
+    ``SKIPZ`` in ``F0`` it returns the max of ``_expo`` over the centre samples it read; with
+    ``EDGE`` or ``MIRR``, ``T[tq + q]`` is the column class of position ``q`` (``_d3_lr``)."""
     if not _literal(F0, F1, EPI, K):
         return None
     k2 = K.literal_value == 2 and EPI.literal_value == EPI_STACK
     check = F0.literal_value & SKIPZ
+    folds = F0.literal_value & (EDGE | MIRR)
 
-    def run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, w):
+    def run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w):
         # chunks of a few cache lines; each first asks for the input and output lines further
         # on (prefetching the output for writing overlaps its read-for-ownership with the work)
         line = _line(x)
@@ -1076,12 +1149,36 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, w):
                 if k2:
                     _prefetch_w(o, oq + osK + k)
             for q in range(c, min(c + ch, n)):
-                _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, w)
+                t = T[tq + q] if folds else 0
+                _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
                 if check:
                     e = max(e, _expo(_ld(x, mid + q)))
         return e
 
     return run
+
+
+@overload(_d3_row)
+def _ol_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1):
+    """Row ``i`` outside the interior run: the whole row if it is the first or last (the row
+    fold), and its column 0 / W-1 if ``c0`` / ``c1`` (the column fold)."""
+    if not _literal(F0, F1, EPI, K):
+        return None
+
+    def row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1):
+        up = xb + (i - 1 if i > 0 else fy0) * W
+        dn = xb + (i + 1 if i < H - 1 else fy1) * W
+        mid = xb + i * W
+        oi = ob + i * W
+        if (i == 0 or i == H - 1) and W > 2:
+            _d3_run(F0, F1, EPI, K, o, oi + 1, osK, x, up + 1, mid + 1, dn + 1, W - 2, T, 0, w)
+        if c0:
+            _d3_pixel(F0, F1, EPI, K, o, oi, osK, x, up, mid, dn, dl0, np.int64(1) if W > 1 else dr1, 0, w)
+        if c1 and W > 1:
+            e = W - 1
+            _d3_pixel(F0, F1, EPI, K, o, oi + e, osK, x, up + e, mid + e, dn + e, np.int64(-1), dr1, 0, w)
+
+    return row
 
 
 @njit(inline="always", **_JIT)
@@ -1096,14 +1193,18 @@ def _expo_max(x, a, n):
 #: the direct run's chunk and prefetch distance, in cache lines (measured on (a2): 4 and 128
 #: beat 8/16 and 32/64/256 by 5-10%; without prefetching the run took 1.3x as long)
 _D3_CHUNK, _D3_AHEAD = 4, 128
+#: planes up to this wide take their border columns in the interior run (``EDGE`` / ``MIRR``;
+#: 28x28 planes: 240 -> 215 ns each in cache; wide planes have too few border pixels to gain)
+_D3_FOLD_W = 64
 
 
-def _d3_kernel(FORMS, EPI):
+def _d3_kernel(FORMS, EPI, FOLD):
     """The direct kernel for one or two stencils of the given forms and one epilogue, built
     (and compiled) on first use.  Its closure holds only integers (the disk cache keys on
     them); every constant is known to the compiler, so the interior loop is one fused,
-    vectorised pass (loads, taps, epilogue, store)."""
-    key = (FORMS, EPI)
+    vectorised pass (loads, taps, epilogue, store).  ``FOLD``: 0, or ``EDGE`` / ``MIRR`` when
+    the interior run also covers the border columns of the rows in between (``_d3_lr``)."""
+    key = (FORMS, EPI, FOLD)
     k = _d3_kernels.get(key)
     if k is not None:
         return k
@@ -1114,11 +1215,13 @@ def _d3_kernel(FORMS, EPI):
     # check: one integer max-reduction over the rows it reads); not for the direction, whose
     # atan2 tells the signs of zero apart
     SKIP = EPI != EPI_DIR and any(f & (ZV | ZH) for f in FORMS)
-    S0 = F0 | SKIPZ
-    S1 = F1 | SKIPZ
+    S0 = F0 | SKIPZ | FOLD
+    S1 = F1 | SKIPZ | FOLD
+    R0 = F0 | FOLD
+    R1 = F1 | FOLD
 
     @njit(**_JIT)
-    def kernel(xa, oa, carrier, Da, Fa, La, it0, it1):
+    def kernel(xa, oa, carrier, Da, Fa, Ta, La, it0, it1):
         x = _ptr(xa, carrier)
         o = _ptr(oa, carrier)
         F = _cvt(carrier, Fa)
@@ -1131,6 +1234,7 @@ def _d3_kernel(FORMS, EPI):
         N = La[L_N]
         xn1, xs1, on1, os1, osK = La[R_X], La[R_X + 2], La[R_O], La[R_O + 2], La[R_O + 3]
         L = _ptr(La.ctypes.data, La[0])
+        T = _ptr(Ta.ctypes.data, Ta[0])
         for it in range(it0, it1):
             p0 = (it // NB) * MP
             ra = (it % NB) * BR
@@ -1157,29 +1261,33 @@ def _d3_kernel(FORMS, EPI):
                         ob += os1
                 # interior rows, one flat run from column 1 of row ia to column W-2 of row ib-1
                 # (so that no tap reads outside the plane); columns 0 and W-1 of the rows in
-                # between read across row ends there and are redone below
-                if ib > ia and W > 2:
+                # between read across row ends there: redone below, or under FOLD selected in
+                # the run from the column classes (T: 1 / 2 at columns 0 / W-1, from row ra)
+                run = ib > ia and W > 2
+                if run:
                     q0 = ia * W + 1
                     n = (ib - ia) * W - 2
+                    tq = q0 - ra * W
                     if SKIP:
-                        e = _d3_run(S0, S1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, w)
+                        e = _d3_run(S0, S1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T,
+                                    tq, w)
                         e = max(e, _expo_max(x, xb + (ia - 1) * W, W), _expo_max(x, xb + ib * W, W),
                                 _expo(_ld(x, xb + q0 - 1)), _expo(_ld(x, xb + q0 + n)))
                     if not SKIP or e == _expo_all(w[0]):
-                        _d3_run(F0, F1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, w)
-                for i in range(ra, rb):
-                    up = xb + (i - 1 if i > 0 else fy0) * W
-                    dn = xb + (i + 1 if i < H - 1 else fy1) * W
-                    mid = xb + i * W
-                    oi = ob + i * W
-                    if (i == 0 or i == H - 1) and W > 2:  # first / last row: the row fold
-                        _d3_run(F0, F1, EPI, K, o, oi + 1, osK, x, up + 1, mid + 1, dn + 1, W - 2, w)
-                    # border columns: the column fold
-                    _d3_pixel(F0, F1, EPI, K, o, oi, osK, x, up, mid, dn, dl0, np.int64(1) if W > 1 else dr1, w)
-                    if W > 1:
-                        e = W - 1
-                        _d3_pixel(F0, F1, EPI, K, o, oi + e, osK, x, up + e, mid + e, dn + e, np.int64(-1), dr1, w)
-        return F.size + Da.size + La.size
+                        _d3_run(R0, R1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T, tq, w)
+                # the first / last row (the row fold), and the border columns (the column fold;
+                # under FOLD only where the run did not go: its first and last position)
+                if FOLD != 0 and run:
+                    for i in range(ra, ia):
+                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
+                    for i in range(ib, rb):
+                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
+                    _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, ia, H, W, fy0, fy1, dl0, dr1, T, w, True, False)
+                    _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, ib - 1, H, W, fy0, fy1, dl0, dr1, T, w, False, True)
+                else:
+                    for i in range(ra, rb):
+                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
+        return F.size + Da.size + La.size + Ta.size
 
     return _d3_kernels.setdefault(key, kernel)  # (a concurrent first call may have built one)
 
@@ -1934,7 +2042,15 @@ def _d3_plan(info, H, W, N, nthreads):
                 NB = -(-H // BR)
             D = np.array([H, W, BR, NB, MP, fy[0], fy[-1], fx[0], fx[-1]], np.int64)
             F = np.array([w for f in forms for w in f[1]] + [0.0] * 6 * (2 - len(forms)), np.float64)
-            plan = (_d3_kernel(tuple(f[0] for f in forms), epi), D, F, -(-N // MP) * NB)
+            # narrow planes: the run selects the border columns' folded neighbours per lane
+            fold = 0
+            if 2 < W <= _D3_FOLD_W:
+                fold = {(0, W - 1): EDGE, (1, W - 2): MIRR}.get((int(fx[0]), int(fx[-1])), 0)
+            T = np.zeros(BR * W if fold else 1, np.uint8)
+            if fold:
+                T[0::W] = 1
+                T[W - 1 :: W] = 2
+            plan = (_d3_kernel(tuple(f[0] for f in forms), epi, fold), D, F, T, -(-N // MP) * NB)
     if len(_d3_cache) > 1024:
         _d3_cache.clear()
     _d3_cache[key] = (info, plan)
@@ -2210,8 +2326,8 @@ def filter_forward(x, spec: FilterSpec, out=None):
     d3 = _d3_plan(info, H, W, N, nt)
     args = (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype])
     if d3 is not None and L[R_X + 4] == W and L[R_X + 5] == 1 and L[R_O + 4] == W and L[R_O + 5] == 1:
-        kernel, D, F, nitems = d3  # rows contiguous in and out: the direct 3x3 path
-        _launch(kernel, args + (D, F, L), nitems, nt, _small(N, H, W))
+        kernel, D, F, T, nitems = d3  # rows contiguous in and out: the direct 3x3 path
+        _launch(kernel, args + (D, F, T, L), nitems, nt, _small(N, H, W))
     else:
         P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
         _launch(_K_FILTER_FWD[info[1]], args + (P, F, L), -(-N // mp) * per, nt, _small(N, H, W))
