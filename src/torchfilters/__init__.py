@@ -10,7 +10,7 @@ size), exact finite gradients, and fused CPU (numba) / GPU (Triton) engines.
     torch.Size([8, 3, 32, 32])
 """
 
-from importlib.metadata import PackageNotFoundError, version as _version
+import importlib.metadata as _metadata
 
 from . import backends, kernels, nn
 from .backends import BackendUnavailableError, empty_cache
@@ -32,8 +32,8 @@ from .functional import (
 )
 
 try:
-    __version__ = _version("torchfilters")
-except PackageNotFoundError:  # running from a source tree
+    __version__ = _metadata.version("torchfilters")
+except _metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0+unknown"
 
 __all__ = [
