@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -196,6 +197,19 @@ def test_out_may_alias_the_input(engine, name):
     res = _run(name, x, engine, out=x)
     assert res is x
     assert_close(x, ref, rtol=0.0)
+
+
+@pytest.mark.parametrize("shift", (-7, -1, 1, 7, 40, 60))
+def test_out_overlapping_the_input_from_another_storage(engine, shift):
+    """Two ``from_numpy`` views of one array are different torch storages: an ``out=`` whose
+    memory overlaps the input's is still detected (the result is the out-of-place one), and a
+    disjoint one is written directly."""
+    buf = np.random.RandomState(3).randn(3 * 56 + 80)
+    x = torch.from_numpy(buf[40 : 40 + 56]).view(8, 7)
+    out = torch.from_numpy(buf[40 + shift : 40 + shift + 56]).view(8, 7)
+    want = tf.derivative(x.clone(), -1, operator="sobel", backend=engine)
+    assert tf.derivative(x, -1, operator="sobel", out=out, backend=engine) is out
+    assert torch.equal(out, want)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)

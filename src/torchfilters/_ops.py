@@ -32,10 +32,24 @@ def _engine(backend: str, x: Tensor):
     return resolve(backend, x.device, x.dtype)
 
 
+def _span(t: Tensor):
+    """Bytes ``[first, last)`` that ``t``'s elements occupy (torch strides are never negative)."""
+    first = t.data_ptr()
+    extent = sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1
+    return first, first + extent * t.element_size()
+
+
 def _may_alias(a: Tensor, b: Tensor) -> bool:
+    """Do ``a`` and ``b`` share memory?  Also across storages (two ``torch.from_numpy`` views
+    of one array, ``torch.frombuffer``): their byte ranges on one device overlap."""
     if a.numel() == 0 or b.numel() == 0:
         return False
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    if a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+        return True
+    if a.device != b.device:
+        return False
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1
 
 
 def _write(out: Tensor, inputs, compute):
