@@ -71,6 +71,8 @@ def row_blocks(monkeypatch, request):
     """Force row blocks of a few rows, the parallel launch, and each tile layout on tiny images."""
     monkeypatch.setattr(cpu, "_WHOLE", 0)
     monkeypatch.setattr(cpu, "_TILE", 1)
+    monkeypatch.setattr(cpu, "_D3_TILE", 1)
+    monkeypatch.setattr(cpu, "_d3_cache", {})  # (direct-path plans made under the patched sizes stay here)
     monkeypatch.setattr(cpu, "_SERIAL", 0)
     if request.param != "flat":
         monkeypatch.setattr(cpu, "_FLAT_MAX_W", 0)

@@ -89,6 +89,7 @@ def test_blockings(mode, monkeypatch):
     rows = []
     for tile in (1, 2 * 45, 3 * 45):  # row blocks of 1, 2 and 3 rows (67 = 22 * 3 + 1)
         monkeypatch.setattr(cpu, "_TILE", tile)
+        monkeypatch.setattr(cpu, "_D3_TILE", tile)
         cpu._d3_cache.clear()
         rows.append(tf.gradient_magnitude(x2, operator="sobel", mode=mode))
     _general(monkeypatch)
@@ -158,6 +159,7 @@ def test_non_finite_anywhere_in_a_row_block(dtype, bad, mode, monkeypatch):
     monkeypatch.setattr(cpu, "_d3_cache", {})
     monkeypatch.setattr(cpu, "_WHOLE", 0)
     monkeypatch.setattr(cpu, "_TILE", 3 * W)
+    monkeypatch.setattr(cpu, "_D3_TILE", 3 * W)
     ops = [f for op in OPERATORS for name, f in _ops(op).items() if name != "direction"]
     got = [f(x, mode=mode) for f in ops]
     _general(monkeypatch)
