@@ -100,7 +100,9 @@ def empty_cache() -> int:
     buffers (as PyTorch's caching allocator does on CUDA), so that a loop of
     ``y = op(x)`` does not page-fault a new output on every call.  The cache
     holds at most ``TORCHFILTERS_CPU_CACHE_MB`` megabytes (default: a quarter
-    of the machine's RAM; ``0`` turns it off).
+    of the memory -- the cgroup's limit in a container -- at most 2 GiB;
+    ``0`` or a negative value turns it off, ``inf`` lifts the limit; any
+    other non-number makes large CPU allocations raise ``ValueError``).
 
     Returns:
         The number of bytes released (0 when the CPU engine was never used).
