@@ -167,16 +167,19 @@ def _f2bits(typingctx, v):
     return sig, codegen
 
 
+def _exponent_mask(v):
+    """(LLVM integer type, numba unsigned type, exponent mask) of float32/float64 ``v``."""
+    w = v.bitwidth
+    return ir.IntType(w), (types.uint32 if w == 32 else types.uint64), (0x7F800000 if w == 32 else 0x7FF0000000000000)
+
+
 @intrinsic
 def _expo(typingctx, v):
     """The exponent bits of a float32/float64 ``v`` as an unsigned integer of its width: equal to
     ``_expo_all(v)`` exactly when ``v`` is inf or NaN (integer max-reductions vectorise)."""
-    w = v.bitwidth
-    ut = types.uint32 if w == 32 else types.uint64
-    mask = 0x7F800000 if w == 32 else 0x7FF0000000000000
+    it, ut, mask = _exponent_mask(v)
 
     def codegen(context, builder, signature, args):
-        it = ir.IntType(w)
         return builder.and_(builder.bitcast(args[0], it), ir.Constant(it, mask))
 
     return ut(v), codegen
@@ -185,12 +188,10 @@ def _expo(typingctx, v):
 @intrinsic
 def _expo_all(typingctx, v):
     """The all-ones exponent of ``v``'s float type (``_expo`` of inf and NaN)."""
-    w = v.bitwidth
-    ut = types.uint32 if w == 32 else types.uint64
-    mask = 0x7F800000 if w == 32 else 0x7FF0000000000000
+    it, ut, mask = _exponent_mask(v)
 
     def codegen(context, builder, signature, args):
-        return ir.Constant(ir.IntType(w), mask)
+        return ir.Constant(it, mask)
 
     return ut(v), codegen
 
@@ -889,9 +890,9 @@ _K_FILTER_FWD = {e: _make_filter_fwd(e) for e in (EPI_STACK, EPI_MAG, EPI_DIR)}
 # in the boundary modes that fold onto image samples (all but ``constant``),
 # the output is computed straight from the input: one long flat loop over the
 # interior rows of a plane (the taps are constant flat offsets, so it
-# vectorises; columns 0 and W-1 read across row ends there and are recomputed),
-# the first and last rows through the row fold, and the two border columns
-# through the column fold.  No tile copy, no intermediate pass buffers: about
+# vectorises; columns 0 and W-1 read across row ends there and are recomputed,
+# or on narrow planes selected per lane: EDGE / MIRR), the first and last rows
+# through the row fold, and the two border columns through the column fold.  No tile copy, no intermediate pass buffers: about
 # a third of the work of the general engine, which is what makes a batch of
 # 28x28 planes run near the memory floor.
 
@@ -936,6 +937,10 @@ def _d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):  # pragma: no
 
 
 def _d3_lr(FORM, x, p, l, r, t):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):  # pragma: no cover
     raise NotImplementedError
 
 
@@ -984,6 +989,14 @@ def _w_two(w, v):
 _W_CLASS = (_w_any, _w_one, _w_minus_one, _w_two)
 
 
+def _summer(f, zero_flag):
+    """The 3-tap sum of one pass of form ``f``: zero centre (``zero_flag`` = ZV / ZH set) or not,
+    its zero term left out under SKIPZ."""
+    if not f & zero_flag:
+        return _sum3
+    return _sum3_skip if f & SKIPZ else _sum3_zc
+
+
 def _w_class(w):
     return {1.0: 1, -1.0: 2, 2.0: 3}.get(float(w), 0)
 
@@ -1015,6 +1028,24 @@ def _ol_d3_lr(FORM, x, p, l, r, t):
     return lambda FORM, x, p, l, r, t: (_ld(x, p + l), _ld(x, p + r))
 
 
+@overload(_d3_ac)
+def _ol_d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
+    """The vertical pass on the left and right neighbour columns of ``mid`` (FORM_VH)."""
+    if not _literal(FORM):
+        return None
+    f = FORM.literal_value
+    sv = _summer(f, ZV)
+    mv0, mv1, mv2 = (_W_CLASS[(f >> (4 + 2 * t)) & 3] for t in range(3))
+
+    def ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
+        ul, ur = _d3_lr(FORM, x, up, l, r, t)
+        ml, mr = _d3_lr(FORM, x, mid, l, r, t)
+        dl, dr = _d3_lr(FORM, x, dn, l, r, t)
+        return sv(mv0(v0, ul), mv1(v1, ml), mv2(v2, dl)), sv(mv0(v0, ur), mv1(v1, mr), mv2(v2, dr))
+
+    return ac
+
+
 @overload(_d3_st)
 def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
     """One stencil at flat position ``mid`` (rows above/below at ``up``/``dn``, columns at
@@ -1025,9 +1056,7 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
     if not _literal(FORM):
         return None
     f = FORM.literal_value
-    zc = _sum3_skip if f & SKIPZ else _sum3_zc
-    sv = zc if f & ZV else _sum3
-    sh = zc if f & ZH else _sum3
+    sv, sh = _summer(f, ZV), _summer(f, ZH)
     mv0, mv1, mv2, mh0, mh1, mh2 = (_W_CLASS[(f >> (4 + 2 * t)) & 3] for t in range(6))
     if f & 3 == FORM_H:
 
@@ -1043,11 +1072,7 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
     if f & ZH and f & SKIPZ:
 
         def vh_skip(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
-            ul, ur = _d3_lr(FORM, x, up, l, r, t)
-            ml, mr = _d3_lr(FORM, x, mid, l, r, t)
-            dl, dr = _d3_lr(FORM, x, dn, l, r, t)
-            a = sv(mv0(v0, ul), mv1(v1, ml), mv2(v2, dl))
-            c = sv(mv0(v0, ur), mv1(v1, mr), mv2(v2, dr))
+            a, c = _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2)
             return mh0(h0, a) + mh2(h2, c)
 
         return vh_skip
@@ -1059,23 +1084,15 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
             # sum overflows; the general engine (all samples finite: zero taps skipped) and SciPy
             # (horizontal pass first) stay finite there.  Multiplying the samples instead gives
             # +-0 for finite ones and NaN for a NaN/inf: the general engine's bits on finite tiles.
-            ul, ur = _d3_lr(FORM, x, up, l, r, t)
-            ml, mr = _d3_lr(FORM, x, mid, l, r, t)
-            dl, dr = _d3_lr(FORM, x, dn, l, r, t)
-            a = sv(mv0(v0, ul), mv1(v1, ml), mv2(v2, dl))
+            a, c = _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2)
             b = (h1 * _ld(x, up) + h1 * _ld(x, mid)) + h1 * _ld(x, dn)
-            c = sv(mv0(v0, ur), mv1(v1, mr), mv2(v2, dr))
             return (mh0(h0, a) + mh2(h2, c)) + b
 
         return vh_zc
 
     def vh(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
-        ul, ur = _d3_lr(FORM, x, up, l, r, t)
-        ml, mr = _d3_lr(FORM, x, mid, l, r, t)
-        dl, dr = _d3_lr(FORM, x, dn, l, r, t)
-        a = sv(mv0(v0, ul), mv1(v1, ml), mv2(v2, dl))
+        a, c = _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2)
         b = sv(mv0(v0, _ld(x, up)), mv1(v1, _ld(x, mid)), mv2(v2, _ld(x, dn)))
-        c = sv(mv0(v0, ur), mv1(v1, mr), mv2(v2, dr))
         return sh(mh0(h0, a), mh1(h1, b), mh2(h2, c))
 
     return vh
@@ -2224,7 +2241,7 @@ def _alloc(shape, dtype):
     """A fresh output.  Large ones come from the buffer cache (``empty_cache``), wrapped by
     ``torch.from_numpy`` (so ``resize_`` cannot grow them); small ones from torch."""
     n = math.prod(shape)
-    itemsize = 8 if dtype == torch.float64 else 4 if dtype == torch.float32 else 2
+    itemsize = dtype.itemsize
     if n * itemsize >= _NP_ALLOC:
         buf, cached = _cached_buffer(n * itemsize)
         arr = buf[: n * itemsize].view(_NP_STORAGE[dtype])
