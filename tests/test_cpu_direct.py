@@ -170,6 +170,54 @@ def test_non_finite_anywhere_in_a_row_block(dtype, bad, mode, monkeypatch):
         assert a.isnan().any() or a.isinf().any()
 
 
+def _stream(fn):
+    return any(fn is k and key[3] == cpu.STREAM for key, k in cpu._d3_kernels.items())
+
+
+@pytest.mark.parametrize("mode", ("reflect", "wrap"))
+@pytest.mark.parametrize("dtype", (torch.float64, torch.float32, torch.float16))
+def test_streaming_stores_give_the_same_bits(dtype, mode, monkeypatch, launches):
+    """Outputs larger than the cache take non-temporal stores of whole output lines through a
+    line buffer (``STREAM``); forced here on small outputs.  Every misalignment of ``out=``
+    (the partial lines at a run's ends are stored directly), planes narrower than a line and
+    wider than a chunk (16 lines), row blocks, border columns selected in the run (reflect)
+    or redone after it (wrap),
+    a NaN (the rerun), and a stacked gradient (two outputs: not streamed): the bits of the
+    regular stores."""
+    xs = [rand(3, 5, 4, seed=1, dtype=dtype), rand(2, 28, 28, seed=2, dtype=dtype), rand(1, 9, 70, seed=3, dtype=dtype),
+          rand(1, 41, 300, seed=4, dtype=dtype)]
+    bad = rand(1, 41, 300, seed=5, dtype=dtype)
+    bad[0, 20, 150] = math.nan
+    xs.append(bad)
+    names = (("magnitude", "sobel"), ("direction", "central"), ("derivative-x", "central"), ("gradient", "sobel"))
+    cases = [(name, op, i, off) for name, op in names for i in range(len(xs)) for off in (0, 1, 7)]
+    monkeypatch.setattr(cpu, "_d3_cache", {})
+    monkeypatch.setattr(cpu, "_D3_TILE", 6 * 300)  # row blocks of the 300-wide planes
+
+    def run():
+        got = []
+        for name, op, i, off in cases:
+            x = xs[i]
+            shape = x.shape if name != "gradient" else x.shape[:-2] + (2,) + x.shape[-2:]
+            out = torch.full((math.prod(shape) + off,), 7.0, dtype=dtype)[off:].view(shape)
+            got.append(_ops(op)[name](x, mode=mode, out=out))
+        return got
+
+    want = run()
+    assert launches and not any(_stream(fn) for fn in launches)
+    launches.clear()
+    cpu._d3_cache.clear()
+    monkeypatch.setattr(cpu, "_STREAM_BYTES", 0)
+    monkeypatch.setattr(cpu, "_STREAM_MIN_W", 0)
+    got = run()
+    streamed = [(c[0], _stream(fn)) for c, fn in zip(cases, launches)]
+    assert streamed and all(s == (name != "gradient") for name, s in streamed)
+    for c, a, b in zip(cases, got, want):
+        assert torch.equal(a.isnan(), b.isnan()), c
+        assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)), c
+    assert got[-1].isnan().any()
+
+
 def test_matches_scipy():
     ndi = pytest.importorskip("scipy.ndimage")
     x = rand(2, 3, 13, 10, seed=3)
