@@ -216,6 +216,15 @@ def test_streaming_stores_give_the_same_bits(dtype, mode, monkeypatch, launches)
         assert torch.equal(a.isnan(), b.isnan()), c
         assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)), c
     assert got[-1].isnan().any()
+    # an output whose address is not a multiple of its element size: regular stores (its lines
+    # cannot be aligned; the non-temporal stores would fault)
+    raw = np.zeros(4 * 41 * 300 + 1, np.uint8)
+    odd = torch.from_numpy(np.frombuffer(raw.data, np.float32, 41 * 300, offset=1)).view(1, 41, 300)
+    launches.clear()
+    x = xs[3].float()
+    tf.gradient_magnitude(x, operator="sobel", mode=mode, out=odd)
+    assert len(launches) == 1 and _direct(launches[0]) and not _stream(launches[0])
+    assert torch.equal(odd, tf.gradient_magnitude(x, operator="sobel", mode=mode))
 
 
 def test_matches_scipy():

@@ -2145,10 +2145,11 @@ def _d3_form(vt, ht, dt):
     return None
 
 
-def _d3_plan(info, H, W, N, nthreads, itemsize):
+def _d3_plan(info, H, W, N, nthreads, itemsize, aligned):
     """(kernel, D, F, T, work items) for the direct 3x3 path, or None when the spec is not of
-    that kind."""
-    key = (id(info), H, W, N, nthreads, itemsize)
+    that kind.  ``aligned``: the output's address is a multiple of ``itemsize`` (its lines can
+    be streamed)."""
+    key = (id(info), H, W, N, nthreads, itemsize, aligned)
     hit = _d3_cache.get(key)
     if hit is not None and hit[0] is info:
         return hit[1]
@@ -2180,7 +2181,8 @@ def _d3_plan(info, H, W, N, nthreads, itemsize):
             # same alignment), of wide planes (long runs; a fence per row block orders them
             # before the border columns are redone)
             strm = 0
-            if N * H * W * itemsize >= _STREAM_BYTES and (len(forms) == 1 or epi != EPI_STACK) and W >= _STREAM_MIN_W:
+            if (N * H * W * itemsize >= _STREAM_BYTES and (len(forms) == 1 or epi != EPI_STACK) and W >= _STREAM_MIN_W
+                    and aligned and H > 2):
                 strm = STREAM
             plan = (_d3_kernel(tuple(f[0] for f in forms), epi, fold, strm), D, F, T, -(-N // MP) * NB)
     if len(_d3_cache) > 1024:
@@ -2455,7 +2457,7 @@ def filter_forward(x, spec: FilterSpec, out=None):
     o = _alloc(spec.out_shape(x.shape), x.dtype) if out is None else out
     ok = o.dim() == x.dim() + 1
     x, o2, _, _, L, tmp = _prepare(x, o, ok)
-    d3 = _d3_plan(info, H, W, N, nt, x.element_size())
+    d3 = _d3_plan(info, H, W, N, nt, x.element_size(), o2.data_ptr() % x.element_size() == 0)
     args = (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype])
     if d3 is not None and L[R_X + 4] == W and L[R_X + 5] == 1 and L[R_O + 4] == W and L[R_O + 5] == 1:
         kernel, D, F, T, nitems = d3  # rows contiguous in and out: the direct 3x3 path
