@@ -207,6 +207,7 @@ def test_every_default_sample_image_is_bundled():
         (["--threshold", "0.5", "--keep-border"], {"threshold": 0.5, "keep_border": True}),
         (["-t", "0.3", "--sigma", "1.5", "--normalized", "--mode", "nearest"],
          {"threshold": 0.3, "sigma": 1.5, "normalized": True, "mode": "nearest"}),
+        (["--sigma", "0"], {"sigma": 0.0}),  # as the API: the pixels are kept
     ],
 )
 def test_blur_matches_selective_blur(tmp_path, opts, kwargs):
@@ -274,6 +275,7 @@ def test_png_with_unsupported_channel_count(tmp_path, capsys):
         ["edges", "--operator", "laplace"],
         ["edges", "--format", "jpg"],
         ["blur", "--sigma", "-1"],
+        ["blur", "--sigma", "-0.5"],
         ["blur", "--sigma", "nan"],
         ["blur", "--threshold", "abc"],
         ["frobnicate"],

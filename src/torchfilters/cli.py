@@ -192,10 +192,11 @@ def _float(text: str) -> float:
 
 
 def _sigma(text: str) -> float:
-    """argparse type: a finite, positive float (Gaussian sigma in pixels)."""
+    """argparse type: a finite float >= 0 (Gaussian sigma in pixels; 0 keeps the pixels, as
+    ``selective_blur(..., sigma=0)`` and ``scipy.ndimage.gaussian_filter``)."""
     value = _float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
     return value
 
 
