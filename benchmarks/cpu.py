@@ -357,11 +357,29 @@ def machine():
         load = os.getloadavg()[0]
     except OSError:
         load = float("nan")
+    import llvmlite.binding
     import numba
 
-    return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
-            f"numba {numba.__version__}, numpy {np.__version__}, Python {platform.python_version()}; "
-            f"load average at start {load:.2f}")
+    # LLVM's name for the host CPU: the same cloud machine type can land on different CPU
+    # generations (znver4 runs 512-bit vectors as two halves, znver5 does not)
+    return (f"{cpu} ({llvmlite.binding.get_host_cpu_name()}), {os.cpu_count()} cores, torch {torch.__version__} "
+            f"({torch.get_num_threads()} threads), numba {numba.__version__}, numpy {np.__version__}, "
+            f"Python {platform.python_version()}; load average at start {load:.2f}")
+
+
+def _load_change(info):
+    """A line on the load average at the end against the start (``info``'s), with a warning when
+    it moved: the floor moves with the machine's load, so ratios within a section hold but
+    sections run under different loads are not comparable."""
+    try:
+        end = os.getloadavg()[0]
+    except OSError:
+        return None
+    start = float(info.rsplit(" ", 1)[1])
+    line = f"load average at end {end:.2f} (start {start:.2f})"
+    if abs(end - start) > 0.5:
+        line += ": the machine's load changed during the run; compare ratios within a section only"
+    return line
 
 
 def to_markdown(info):
@@ -398,9 +416,12 @@ def main(argv=None):
                 "startup": section_startup}
     for name in args.only.split(","):
         sections[name.strip()]()
+    end = _load_change(info)
+    if end:
+        print(f"\n{end}")
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write(to_markdown(info))
+            f.write(to_markdown(info) + (f"\n{end[0].upper()}{end[1:]}.\n" if end else ""))
         print(f"\nwrote {args.markdown}")
 
 
