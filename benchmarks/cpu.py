@@ -1,12 +1,23 @@
-"""CPU benchmarks of torchfilters' fused numba engine (issue 3, sections a, b, a2, c, d).
+"""CPU benchmarks of torchfilters' fused numba engine against SciPy, Kornia, OpenCV and plain
+PyTorch, with the one-pass floor ``torch.neg(x, out=y)`` measured alongside.
+
+Sections (``--only``):
+  a        gradient magnitude (central) of a (1000, 128, 28, 28) float32 batch
+  b        selective_blur forward + backward, (64, 64, 64, 64)
+  a2       Sobel gradient magnitude of one 4096x4096 image
+  c        gaussian_filter(sigma=2) on a (200, 128, 28, 28) batch and a 4096x4096 image
+  d        time per element from 1e4 to 4e8 elements, and call latency at (1, 1, 28, 28)
+  startup  the first call of a fresh process, with an empty and with a warm numba cache
 
 Every row is a median from ``torch.utils.benchmark`` in this one process, and
 every ratio is between rows measured here, so the table describes this
 machine at this moment.  Nothing is asserted.
 
-    PYTHONPATH=src python benchmarks/cpu.py            # full run (a few minutes)
-    PYTHONPATH=src python benchmarks/cpu.py --quick    # smaller repeat counts
-    PYTHONPATH=src python benchmarks/cpu.py --markdown benchmarks/RESULTS-cpu.md
+    .venv/bin/python benchmarks/cpu.py            # after `make bench`; full run (a few minutes)
+    .venv/bin/python benchmarks/cpu.py --quick    # smaller repeat counts
+    .venv/bin/python benchmarks/cpu.py --only a,a2 --markdown results.md
+
+(from a source checkout without installing: ``PYTHONPATH=src python benchmarks/cpu.py``)
 
 Kornia and OpenCV rows appear only when those packages import.  Section (e),
 the DCGAN training step, is ``examples/dcgan_selective_blur.py``.

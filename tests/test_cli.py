@@ -197,6 +197,13 @@ def test_every_default_sample_image_is_bundled():
         assert img.ndim in (2, 3), name
 
 
+def test_a_foreign_mode_name_gets_the_scipy_name(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["edges", "--mode", "replicate", "--out", str(tmp_path / "never")])
+    assert exc.value.code == 2
+    assert "use mode='nearest' for the same boundary" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------- blur
 
 

@@ -191,6 +191,17 @@ def _float(text: str) -> float:
     return value
 
 
+def _mode(text: str) -> str:
+    """argparse type: a SciPy mode name; a torch/NumPy/OpenCV name (``replicate``, ...) gets the
+    SciPy name to use in its usage error."""
+    from torchfilters._validate import canonical_mode
+
+    try:
+        return canonical_mode(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _sigma(text: str) -> float:
     """argparse type: a finite float >= 0 (Gaussian sigma in pixels; 0 keeps the pixels, as
     ``selective_blur(..., sigma=0)`` and ``scipy.ndimage.gaussian_filter``)."""
@@ -247,6 +258,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mode",
         default="reflect",
+        type=_mode,
         choices=MODES,
         metavar="MODE",
         help="boundary mode, SciPy's names: %(choices)s "
