@@ -921,9 +921,11 @@ _K_FILTER_FWD = {e: _make_filter_fwd(e) for e in (EPI_STACK, EPI_MAG, EPI_DIR)}
 # interior rows of a plane (the taps are constant flat offsets, so it
 # vectorises; columns 0 and W-1 read across row ends there and are recomputed,
 # or on narrow planes selected per lane: EDGE / MIRR), the first and last rows
-# through the row fold, and the two border columns through the column fold.  No tile copy, no intermediate pass buffers: about
-# a third of the work of the general engine, which is what makes a batch of
-# 28x28 planes run near the memory floor.
+# through the row fold, and the two border columns through the column fold.
+# No tile copy, no intermediate pass buffers: about a third of the work of the
+# general engine, which is what makes a batch of 28x28 planes run near the
+# memory floor.  Outputs larger than the last-level cache, of wide planes, are
+# written with non-temporal stores through a line buffer (``STREAM``).
 
 D_H, D_W, D_BR, D_NB, D_MP, D_FY0, D_FY1, D_FX0, D_FX1 = range(9)
 FORM_H, FORM_V, FORM_VH, ZV, ZH = 1, 2, 3, 4, 8
