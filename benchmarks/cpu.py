@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import platform
 import subprocess
@@ -364,10 +365,7 @@ def machine():
                 break
     except OSError:
         pass
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = float("nan")
+    load = _load()
     import llvmlite.binding
     import numba
 
@@ -378,15 +376,21 @@ def machine():
             f"Python {platform.python_version()}; load average at start {load:.2f}")
 
 
-def _load_change(info):
-    """A line on the load average at the end against the start (``info``'s), with a warning when
-    it moved: the floor moves with the machine's load, so ratios within a section hold but
-    sections run under different loads are not comparable."""
+def _load():
+    """The 1-minute load average (NaN where the platform has none)."""
     try:
-        end = os.getloadavg()[0]
+        return os.getloadavg()[0]
     except OSError:
+        return float("nan")
+
+
+def _load_change(start):
+    """A line on the load average at the end against ``start``, with a warning when it moved:
+    the floor moves with the machine's load, so ratios within a section hold but sections run
+    under different loads are not comparable."""
+    end = _load()
+    if math.isnan(end):
         return None
-    start = float(info.rsplit(" ", 1)[1])
     line = f"load average at end {end:.2f} (start {start:.2f})"
     if abs(end - start) > 0.5:
         line += ": the machine's load changed during the run; compare ratios within a section only"
@@ -417,6 +421,7 @@ def main(argv=None):
     p.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
     args = p.parse_args(argv)
     QUICK = args.quick
+    start = _load()
     info = machine()
     print(info)
     # compile (or load from the numba cache) before timing anything
@@ -427,7 +432,7 @@ def main(argv=None):
                 "startup": section_startup}
     for name in args.only.split(","):
         sections[name.strip()]()
-    end = _load_change(info)
+    end = _load_change(start)
     if end:
         print(f"\n{end}")
     if args.markdown:
