@@ -69,15 +69,15 @@ def test_matches_reference_forward_and_backward(name, mode):
 @pytest.fixture(params=("flat", "padded", "padded-strips"))
 def row_blocks(monkeypatch, request):
     """Force row blocks of a few rows, the parallel launch, and each tile layout on tiny images."""
-    monkeypatch.setattr(cpu, "_WHOLE", 0)
-    monkeypatch.setattr(cpu, "_TILE", 1)
-    monkeypatch.setattr(cpu, "_D3_TILE", 1)
-    monkeypatch.setattr(cpu, "_d3_cache", {})  # (direct-path plans made under the patched sizes stay here)
-    monkeypatch.setattr(cpu, "_SERIAL", 0)
+    monkeypatch.setattr(cpu.plan, "_WHOLE", 0)
+    monkeypatch.setattr(cpu.plan, "_TILE", 1)
+    monkeypatch.setattr(cpu.direct, "_D3_TILE", 1)
+    monkeypatch.setattr(cpu.direct, "_d3_cache", {})  # (direct-path plans made under the patched sizes stay here)
+    monkeypatch.setattr(cpu.plan, "_SERIAL", 0)
     if request.param != "flat":
-        monkeypatch.setattr(cpu, "_FLAT_MAX_W", 0)
+        monkeypatch.setattr(cpu.plan, "_FLAT_MAX_W", 0)
     if request.param == "padded-strips":
-        monkeypatch.setattr(cpu, "_STRIP", 2)
+        monkeypatch.setattr(cpu.plan, "_STRIP", 2)
     return request.param
 
 
@@ -208,12 +208,12 @@ def test_half_conversions_are_exact():
     @njit
     def h2f(src, dst):
         for i in range(src.size):
-            dst[i] = cpu._h2f(src[i])
+            dst[i] = cpu.prims._h2f(src[i])
 
     @njit
     def f2h(src, dst):
         for i in range(src.size):
-            dst[i] = cpu._f2h(src[i])
+            dst[i] = cpu.prims._f2h(src[i])
 
     bits = np.arange(65536, dtype=np.uint16)
     got = np.empty(65536, np.float32)

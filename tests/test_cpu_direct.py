@@ -56,7 +56,7 @@ def _general(monkeypatch):
 
 
 def _direct(fn):
-    return fn in cpu._d3_kernels.values()
+    return fn in cpu.direct._d3_kernels.values()
 
 
 @pytest.mark.parametrize("mode", FOLDING)
@@ -83,14 +83,14 @@ def test_blockings(mode, monkeypatch):
     x1 = rand(2, 37, 7, 9, seed=1)
     x2 = rand(1, 67, 45, seed=2)
     got = [tf.gradient_magnitude(x, operator="sobel", mode=mode) for x in (x1, x2)]
-    monkeypatch.setattr(cpu, "_d3_cache", {})  # plans made under the patched sizes stay here
-    monkeypatch.setattr(cpu, "_WHOLE", 0)
-    monkeypatch.setattr(cpu, "_SERIAL", 0)
+    monkeypatch.setattr(cpu.direct, "_d3_cache", {})  # plans made under the patched sizes stay here
+    monkeypatch.setattr(cpu.plan, "_WHOLE", 0)
+    monkeypatch.setattr(cpu.plan, "_SERIAL", 0)
     rows = []
     for tile in (1, 2 * 45, 3 * 45):  # row blocks of 1, 2 and 3 rows (67 = 22 * 3 + 1)
-        monkeypatch.setattr(cpu, "_TILE", tile)
-        monkeypatch.setattr(cpu, "_D3_TILE", tile)
-        cpu._d3_cache.clear()
+        monkeypatch.setattr(cpu.plan, "_TILE", tile)
+        monkeypatch.setattr(cpu.direct, "_D3_TILE", tile)
+        cpu.direct._d3_cache.clear()
         rows.append(tf.gradient_magnitude(x2, operator="sobel", mode=mode))
     _general(monkeypatch)
     for x, a in zip((x1, x2), got):
@@ -103,7 +103,7 @@ def test_planes_per_item_and_uncollapsed_leading_dims(monkeypatch, launches):
     """Several planes per work item (two threads' worth of items), leading dims that do not
     collapse (a slice of the second dim), and a stacked gradient into a permuted out=."""
     monkeypatch.setattr(cpu, "_threads", lambda: 2)
-    monkeypatch.setattr(cpu, "_d3_cache", {})
+    monkeypatch.setattr(cpu.direct, "_d3_cache", {})
     base = rand(3, 50, 9, 11, seed=8)
     x = base[:, 5:45]
     out = torch.empty(2, 3, 40, 9, 11, dtype=x.dtype).permute(1, 2, 0, 3, 4)
@@ -156,10 +156,10 @@ def test_non_finite_anywhere_in_a_row_block(dtype, bad, mode, monkeypatch):
     H, W = 9, 6
     x = rand(1, H, W, seed=21, dtype=dtype).repeat(H * W, 1, 1)
     x.view(H * W, H * W)[range(H * W), range(H * W)] = bad
-    monkeypatch.setattr(cpu, "_d3_cache", {})
-    monkeypatch.setattr(cpu, "_WHOLE", 0)
-    monkeypatch.setattr(cpu, "_TILE", 3 * W)
-    monkeypatch.setattr(cpu, "_D3_TILE", 3 * W)
+    monkeypatch.setattr(cpu.direct, "_d3_cache", {})
+    monkeypatch.setattr(cpu.plan, "_WHOLE", 0)
+    monkeypatch.setattr(cpu.plan, "_TILE", 3 * W)
+    monkeypatch.setattr(cpu.direct, "_D3_TILE", 3 * W)
     ops = [f for op in OPERATORS for name, f in _ops(op).items() if name != "direction"]
     got = [f(x, mode=mode) for f in ops]
     _general(monkeypatch)
@@ -171,7 +171,7 @@ def test_non_finite_anywhere_in_a_row_block(dtype, bad, mode, monkeypatch):
 
 
 def _stream(fn):
-    return any(fn is k and key[3] == cpu.STREAM for key, k in cpu._d3_kernels.items())
+    return any(fn is k and key[3] == cpu.direct.STREAM for key, k in cpu.direct._d3_kernels.items())
 
 
 @pytest.mark.parametrize("mode", ("reflect", "wrap"))
@@ -190,8 +190,8 @@ def test_streaming_stores_give_the_same_bits(dtype, mode, monkeypatch, launches)
     xs.append(bad)
     names = (("magnitude", "sobel"), ("direction", "central"), ("derivative-x", "central"), ("gradient", "sobel"))
     cases = [(name, op, i, off) for name, op in names for i in range(len(xs)) for off in (0, 1, 7)]
-    monkeypatch.setattr(cpu, "_d3_cache", {})
-    monkeypatch.setattr(cpu, "_D3_TILE", 6 * 300)  # row blocks of the 300-wide planes
+    monkeypatch.setattr(cpu.direct, "_d3_cache", {})
+    monkeypatch.setattr(cpu.direct, "_D3_TILE", 6 * 300)  # row blocks of the 300-wide planes
 
     def run():
         got = []
@@ -205,9 +205,9 @@ def test_streaming_stores_give_the_same_bits(dtype, mode, monkeypatch, launches)
     want = run()
     assert launches and not any(_stream(fn) for fn in launches)
     launches.clear()
-    cpu._d3_cache.clear()
-    monkeypatch.setattr(cpu, "_STREAM_BYTES", 0)
-    monkeypatch.setattr(cpu, "_STREAM_MIN_W", 0)
+    cpu.direct._d3_cache.clear()
+    monkeypatch.setattr(cpu.direct, "_STREAM_BYTES", 0)
+    monkeypatch.setattr(cpu.direct, "_STREAM_MIN_W", 0)
     got = run()
     streamed = [(c[0], _stream(fn)) for c, fn in zip(cases, launches)]
     assert streamed and all(s == (name != "gradient") for name, s in streamed)
@@ -293,14 +293,14 @@ def test_cache_reuses_a_freed_buffer_only():
 
 def test_cache_serves_every_dtype_and_backward(monkeypatch):
     calls = []
-    take = cpu._cached_buffer
+    take = cpu.buffers._cached_buffer
 
     def spy(nbytes):
         buf, cached = take(nbytes)
         calls.append((buf.ctypes.data, cached))
         return buf, cached
 
-    monkeypatch.setattr(cpu, "_cached_buffer", spy)
+    monkeypatch.setattr(cpu.buffers, "_cached_buffer", spy)
     for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         x = rand(8, 256, 256, seed=1, dtype=dt)  # >= 1 MiB in every dtype
         gc.collect()  # (autograd graphs of the previous dtype)
@@ -325,19 +325,19 @@ def test_empty_cache_and_limit(monkeypatch):
     cpu.empty_cache()
     y = tf.gradient_magnitude(x)
     tf.gradient_magnitude(x)  # freed at once: its buffer is free in the cache
-    assert len(cpu._free_bufs) == 1
+    assert len(cpu.buffers._free_bufs) == 1
     assert cpu.empty_cache() >= x.numel() * 4
-    assert cpu.empty_cache() == 0 and cpu._free_bufs == []  # y's buffer is in use: kept
+    assert cpu.empty_cache() == 0 and cpu.buffers._free_bufs == []  # y's buffer is in use: kept
     p = y.data_ptr()
     del y
-    assert [b.ctypes.data for b in cpu._free_bufs] == [p]
+    assert [b.ctypes.data for b in cpu.buffers._free_bufs] == [p]
     assert cpu.empty_cache() >= x.numel() * 4
     monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", "0")
-    in_use = cpu._in_use
+    in_use = cpu.buffers._in_use
     a = tf.gradient_magnitude(x)
-    assert cpu._in_use == in_use  # not a cached buffer
+    assert cpu.buffers._in_use == in_use  # not a cached buffer
     del a
-    assert cpu._free_bufs == []
+    assert cpu.buffers._free_bufs == []
 
 
 def test_cache_keeps_few_free_buffers():
@@ -345,8 +345,8 @@ def test_cache_keeps_few_free_buffers():
     cpu.empty_cache()
     for i in range(8):
         tf.gradient_magnitude(rand(1, 300 + 150 * i, 400, seed=i, dtype=torch.float32))
-    assert len(cpu._free_bufs) <= cpu._MAX_FREE
-    sizes = [b.nbytes for b in cpu._free_bufs]
+    assert len(cpu.buffers._free_bufs) <= cpu.buffers._MAX_FREE
+    sizes = [b.nbytes for b in cpu.buffers._free_bufs]
     assert sizes == sorted(sizes)  # the most recently released (largest here) are kept
     cpu.empty_cache()
 
@@ -446,9 +446,9 @@ def test_cache_limit_from_the_environment(monkeypatch):
         assert tf.gradient_magnitude(x).shape == x.shape
     monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", "64")
     tf.gradient_magnitude(x)  # a free buffer in the cache
-    assert cpu._free_bufs
+    assert cpu.buffers._free_bufs
     monkeypatch.setenv("TORCHFILTERS_CPU_CACHE_MB", "0")  # lowered later: the next output drops it
     y = tf.gradient_magnitude(x)
-    assert cpu._free_bufs == [] and y.shape == x.shape
+    assert cpu.buffers._free_bufs == [] and y.shape == x.shape
     monkeypatch.delenv("TORCHFILTERS_CPU_CACHE_MB")
-    assert cpu._cache_limit() <= 2 << 30
+    assert cpu.buffers._cache_limit() <= 2 << 30

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import functools
 import math
+import sys
 from typing import NamedTuple, Tuple
 
 import torch
@@ -107,7 +108,21 @@ def cached(fn):
         return memo(*args)
 
     # on a plain function: Dynamo inlines lru_cache objects whatever their marks
-    return torch.compiler.assume_constant_result(call)
+    return _assume_constant_result(call)
+
+
+def _assume_constant_result(fn):
+    """``torch.compiler.assume_constant_result`` without importing ``torch._dynamo``.
+
+    The public call imports Dynamo (about 1.5 s) just to set the mark it reads at trace time;
+    setting the same attribute (what ``torch._dynamo.assume_constant_result`` does in every
+    torch since 2.4) keeps ``import torchfilters`` light.  Once Dynamo is loaded anyway, the
+    public call is used.
+    """
+    if "torch._dynamo" in sys.modules:
+        return torch.compiler.assume_constant_result(fn)
+    fn._dynamo_marked_constant = True
+    return fn
 
 
 _NONFINITE = {"<inf>": float("inf"), "<-inf>": float("-inf"), "<nan>": float("nan")}

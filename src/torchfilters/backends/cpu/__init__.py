@@ -1,0 +1,152 @@
+"""Fused CPU engine: numba kernels, one pass forward and one pass backward.
+
+One stencil engine runs every spec (``_spec``): operators are data.  A spec
+is compiled (in Python, once per spec, image size and blocking, then cached)
+into two small arrays -- ``P`` (int64: sizes, fold tables, tap offsets,
+stencil descriptors, border-column lists) and ``F`` (float64: ``cval``, tap
+weights, constant-mode corrections) -- that a handful of generic kernels
+interpret.
+
+Modules: ``prims`` (numba primitives), ``tables`` (plan array layout), ``plan``
+(spec to plan tables, call layouts), ``forward`` (tiled forward engine), ``adjoint``
+(tiled backward engine), ``direct`` (the direct 3x3 path), ``buffers`` (the output
+cache), ``threads`` (the thread pool), ``cache`` (where compiled kernels are cached).
+"""
+
+from __future__ import annotations
+
+
+import numpy as np
+import torch
+
+from ..._spec import BlurSpec, FilterSpec
+from .. import reference
+from . import cache
+
+cache.install()  # before the kernel modules: their decorators pick the cache locator
+
+from .adjoint import _K_FILTER_BWD, _k_blur_bwd
+from .buffers import _alloc, empty_cache
+from .direct import _d3_plan
+from .forward import _K_FILTER_FWD, _k_blur_fwd
+from .plan import _blocking, _info, _plan, _prepare, _small
+from .prims import _CARRIER, _DTYPES
+from .tables import R_O, R_X
+from .threads import _launch, _threads
+
+__all__ = ["NAME", "UNAVAILABLE_HINT", "available", "blur_backward", "blur_forward", "empty_cache", "filter_backward",
+           "filter_forward"]
+
+NAME = "cpu"
+UNAVAILABLE_HINT = " (the numba engine runs CPU tensors of float16, bfloat16, float32 and float64)"
+
+def available(device: torch.device, dtype: torch.dtype) -> bool:
+    return device.type == "cpu" and dtype in _DTYPES
+
+
+
+# ----------------------------------------------------------------------------
+# engine entry points
+
+
+def filter_forward(x, spec: FilterSpec, out=None):
+    info = _info(spec)
+    if info is None or x.numel() == 0:
+        return reference.filter_forward(x, spec, out)
+    H, W = x.shape[-2], x.shape[-1]
+    N = x.numel() // (H * W)
+    nt = _threads()
+    o = _alloc(spec.out_shape(x.shape), x.dtype) if out is None else out
+    ok = o.dim() == x.dim() + 1
+    x, o2, _, _, L, tmp = _prepare(x, o, ok)
+    d3 = _d3_plan(info, H, W, N, nt, x.element_size(), o2.data_ptr() % x.element_size() == 0)
+    args = (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype])
+    if d3 is not None and L[R_X + 4] == W and L[R_X + 5] == 1 and L[R_O + 4] == W and L[R_O + 5] == 1:
+        kernel, D, F, T, nitems = d3  # rows contiguous in and out: the direct 3x3 path
+        _launch(kernel, args + (D, F, T, L), nitems, nt, _small(N, H, W))
+    else:
+        P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
+        _launch(_K_FILTER_FWD[info[1]], args + (P, F, L), -(-N // mp) * per, nt, _small(N, H, W))
+    if tmp:
+        o.copy_(o2)
+    return o
+
+
+def filter_backward(grad, x, spec: FilterSpec, out=None):
+    info = _info(spec)
+    if info is None or x.numel() == 0:
+        return reference.filter_backward(grad, x, spec, out)
+    if grad.dtype != x.dtype:
+        grad = grad.to(x.dtype)
+    H, W = x.shape[-2], x.shape[-1]
+    N = x.numel() // (H * W)
+    nt = _threads()
+    P, F, per, _ = _plan(info, H, W, _blocking(info, H, W, N, nt, True))
+    nitems = N * per
+    o = _alloc(x.shape, x.dtype) if out is None else out
+    gk = grad.dim() == x.dim() + 1
+    x, o2, grad, _, L, tmp = _prepare(x, o, False, grad, gk)
+    _launch(_K_FILTER_BWD[info[1]], (grad.data_ptr(), x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
+            nitems, nt, _small(N, H, W))
+    if tmp:
+        o.copy_(o2)
+    return o
+
+
+def _threshold(x, threshold):
+    """``x >= threshold`` as torch compares a tensor with a Python float: in the input's own
+    dtype (the threshold rounded to it); exact in float64, where the kernel compares."""
+    dt = x.dtype
+    if dt == torch.float64:
+        return float(threshold)
+    if dt == torch.float32:
+        return float(np.float32(threshold))
+    if dt == torch.float16:
+        return float(np.float16(threshold))
+    return float(torch.tensor(threshold, dtype=dt))
+
+
+def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
+    info = _info(spec)
+    if info is None or x.numel() == 0:
+        return reference.blur_forward(x, mask, spec, threshold, out)
+    H, W = x.shape[-2], x.shape[-1]
+    N = x.numel() // (H * W)
+    nt = _threads()
+    P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
+    nitems = -(-N // mp) * per
+    o = _alloc(x.shape, x.dtype) if out is None else out
+    if mask is not None and mask.shape != x.shape:
+        mask = mask.expand(x.shape)
+    x, o2, _, mask, L, tmp = _prepare(x, o, False, None, False, mask)
+    ma = 0 if mask is None else mask.data_ptr()
+    _launch(_k_blur_fwd, (x.data_ptr(), ma, o2.data_ptr(), _CARRIER[x.dtype], P, F, L, _threshold(x, threshold)),
+            nitems, nt, _small(N, H, W))
+    if tmp:
+        o.copy_(o2)
+    return o
+
+
+def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
+    info = _info(spec)
+    if info is None or x.numel() == 0:
+        return reference.blur_backward(grad, x, mask, spec, threshold, out)
+    if grad.dtype != x.dtype:
+        grad = grad.to(x.dtype)
+    H, W = x.shape[-2], x.shape[-1]
+    N = x.numel() // (H * W)
+    nt = _threads()
+    P, F, per, _ = _plan(info, H, W, _blocking(info, H, W, N, nt, True))
+    nitems = N * per
+    o = _alloc(x.shape, x.dtype) if out is None else out
+    if mask is not None and mask.shape != x.shape:
+        mask = mask.expand(x.shape)
+    if grad.shape != x.shape:
+        grad = grad.expand(x.shape)
+    x, o2, grad, mask, L, tmp = _prepare(x, o, False, grad, False, mask)
+    ma = 0 if mask is None else mask.data_ptr()
+    _launch(_k_blur_bwd, (grad.data_ptr(), x.data_ptr(), ma, o2.data_ptr(), _CARRIER[x.dtype], P, F, L, _threshold(x, threshold)),
+            nitems, nt, _small(N, H, W))
+    if tmp:
+        o.copy_(o2)
+    return o

@@ -1,0 +1,631 @@
+"""**Direct 3x3 path.**  Gradient-type specs -- every operator's stencils are 1-D
+passes of three taps at offsets -1, 0, 1 -- in the modes that fold onto samples
+(all but ``constant``) skip the tile: with contiguous rows in and out, a kernel
+specialised per (stencil forms, epilogue) reads the input in place, one long
+flat loop over a plane's interior rows (taps at constant flat offsets: loads,
+taps, epilogue and store in one vectorised pass; columns 0 and W-1 read across
+row ends there and are recomputed, or, on planes up to 64 wide in the modes
+whose fold is a neighbour in the row, take the folded value per lane by a
+select), the first/last rows through the row fold, the two border columns
+through the column fold.  The run leaves the zero centre taps out (the
+derivative taps of every operator) when an integer max over the exponent bits
+of the samples it read shows them all finite, and redoes itself with them
+otherwise (``x * 0`` only matters for inf and NaN); it asks for its input and
+output lines a few KiB ahead, the output for writing.  It sums the taps in
+the general engine's order, so both paths give the same values (signs of zero
+aside; and where a Sobel-type column sum overflows next to a NaN elsewhere in
+the tile, the direct path keeps SciPy's finite values where the general engine
+gives NaN).  This is what brings a batch of 28x28 planes and a 4096x4096 image
+near the memory floor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+from numba import njit, types
+from numba.extending import overload
+
+from .forward import _atan2
+from .plan import _fold, _stack, _whole_planes
+from .prims import (
+    _JIT, _cvt, _expo, _expo_all, _fence, _ld, _line, _prefetch_r, _prefetch_w, _ptr, _sel, _st, _stream_line,
+)
+from .tables import EPI_DIR, EPI_MAG, EPI_STACK, L_N, R_O, R_X, _poff
+
+# =============================================================================
+# direct 3x3 path: gradient-type specs read the input in place (no tile)
+#
+# Every gradient operator (central, Sobel, Scharr, Prewitt) is a pair of
+# stencils whose 1-D passes have three taps at offsets -1, 0, 1.  For those,
+# in the boundary modes that fold onto image samples (all but ``constant``),
+# the output is computed straight from the input: one long flat loop over the
+# interior rows of a plane (the taps are constant flat offsets, so it
+# vectorises; columns 0 and W-1 read across row ends there and are recomputed,
+# or on narrow planes selected per lane: EDGE / MIRR), the first and last rows
+# through the row fold, and the two border columns through the column fold.
+# No tile copy, no intermediate pass buffers: about a third of the work of the
+# general engine, which is what makes a batch of 28x28 planes run near the
+# memory floor.  Outputs larger than the last-level cache, of wide planes, are
+# written with non-temporal stores through a line buffer (``STREAM``).
+
+D_H, D_W, D_BR, D_NB, D_MP, D_FY0, D_FY1, D_FX0, D_FX1 = range(9)
+FORM_H, FORM_V, FORM_VH, ZV, ZH = 1, 2, 3, 4, 8
+#: form flag: leave the zero centre taps out (``x * 0`` is +-0 for finite ``x``, so on finite
+#: samples the sum changes only in the sign of a zero; run only after a finiteness check)
+SKIPZ = 1 << 16
+#: form flags for a run over whole rows: the lanes of column 0 / W-1 (``t`` = 1 / 2) take their
+#: outer neighbour from the fold, ``EDGE`` the column itself (reflect, nearest), ``MIRR`` the
+#: column on the other side (mirror): selects instead of scalar fix-ups of the border columns
+EDGE, MIRR = 1 << 17, 1 << 18
+#: form flag for a run into an output larger than the cache: whole output lines go through a
+#: line buffer and non-temporal stores (``_stream_line``), the partial lines at its ends directly
+STREAM = 1 << 19
+_d3_kernels: dict = {}
+_d3_cache: dict = {}
+
+
+@njit(inline="always", **_JIT)
+def _sum3(a, b, c):
+    return (a + b) + c
+
+
+@njit(inline="always", **_JIT)
+def _sum3_zc(a, b, c):
+    """``_sum3`` with a zero centre tap ``b``: the general engine sums non-zero taps first, and
+    so does the direct path (both give the same bits, up to the sign of zero)."""
+    return (a + c) + b
+
+
+@njit(inline="always", **_JIT)
+def _sum3_skip(a, b, c):
+    """``_sum3_zc`` without the zero centre term (the compiler drops its loads and products)."""
+    return a + c
+
+
+# The direct kernels are closures over integers only (form and epilogue codes: numba's disk
+# cache keys on the closure's values, and jitted functions in it would differ per process).
+# The helpers below are overloads that specialise on those integers as literals, so each
+# kernel compiles only its own stencils and epilogue.
+
+
+def _d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):  # pragma: no cover - overload below
+    raise NotImplementedError
+
+
+def _d3_lr(FORM, x, p, l, r, t):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _d3_out(EPI, K, o, oq, osK, a, b):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _d3_span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1):  # pragma: no cover
+    raise NotImplementedError
+
+
+def _literal(*codes):
+    return all(isinstance(c, types.IntegerLiteral) for c in codes)
+
+
+@njit(inline="always", **_JIT)
+def _w_any(w, v):
+    return w * v
+
+
+@njit(inline="always", **_JIT)
+def _w_one(w, v):
+    return v
+
+
+@njit(inline="always", **_JIT)
+def _w_minus_one(w, v):
+    return -v
+
+
+@njit(inline="always", **_JIT)
+def _w_two(w, v):
+    return v + v
+
+
+#: ``w * v`` for a tap of weight class 0 (any weight), 1 (+1), 2 (-1), 3 (+2): the classes
+#: give the same bits as the product (NaN, inf and signed zeros included) without a multiply
+_W_CLASS = (_w_any, _w_one, _w_minus_one, _w_two)
+
+
+def _summer(f, zero_flag):
+    """The 3-tap sum of one pass of form ``f``: zero centre (``zero_flag`` = ZV / ZH set) or not,
+    its zero term left out under SKIPZ."""
+    if not f & zero_flag:
+        return _sum3
+    return _sum3_skip if f & SKIPZ else _sum3_zc
+
+
+def _w_class(w):
+    return {1.0: 1, -1.0: 2, 2.0: 3}.get(float(w), 0)
+
+
+@overload(_d3_lr)
+def _ol_d3_lr(FORM, x, p, l, r, t):
+    """(left, right) neighbours of flat position ``p``: ``x[p + l]``, ``x[p + r]``, or under
+    ``EDGE`` / ``MIRR`` the fold's values for lanes in column 0 (``t == 1``) or W-1 (``t == 2``)."""
+    if not _literal(FORM):
+        return None
+    f = FORM.literal_value
+    if f & EDGE:
+
+        def edge(FORM, x, p, l, r, t):
+            c = _ld(x, p)
+            a = _ld(x, p + l)
+            b = _ld(x, p + r)
+            return _sel(t == 1, c, a), _sel(t == 2, c, b)
+
+        return edge
+    if f & MIRR:
+
+        def mirr(FORM, x, p, l, r, t):
+            a = _ld(x, p + l)
+            b = _ld(x, p + r)
+            return _sel(t == 1, b, a), _sel(t == 2, a, b)
+
+        return mirr
+    return lambda FORM, x, p, l, r, t: (_ld(x, p + l), _ld(x, p + r))
+
+
+@overload(_d3_ac)
+def _ol_d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
+    """The vertical pass on the left and right neighbour columns of ``mid`` (FORM_VH)."""
+    if not _literal(FORM):
+        return None
+    f = FORM.literal_value
+    sv = _summer(f, ZV)
+    mv0, mv1, mv2 = (_W_CLASS[(f >> (4 + 2 * t)) & 3] for t in range(3))
+
+    def ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
+        ul, ur = _d3_lr(FORM, x, up, l, r, t)
+        ml, mr = _d3_lr(FORM, x, mid, l, r, t)
+        dl, dr = _d3_lr(FORM, x, dn, l, r, t)
+        return sv(mv0(v0, ul), mv1(v1, ml), mv2(v2, dl)), sv(mv0(v0, ur), mv1(v1, mr), mv2(v2, dr))
+
+    return ac
+
+
+@overload(_d3_st)
+def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
+    """One stencil at flat position ``mid`` (rows above/below at ``up``/``dn``, columns at
+    offsets ``l``/``r``): FORM_H ``h . x[row, l/c/r]``, FORM_V ``v . x[up/mid/dn, c]``, FORM_VH
+    ``h . (v . x)`` (vertical pass first, as the general engine); ``| ZV`` / ``| ZH``: the
+    vertical / horizontal centre tap is 0; bits 4.. : the weight class of each tap (``_W_CLASS``).
+    Every tap is multiplied, zeros too (SciPy's 1-D passes: a NaN under a 0 tap is NaN)."""
+    if not _literal(FORM):
+        return None
+    f = FORM.literal_value
+    sv, sh = _summer(f, ZV), _summer(f, ZH)
+    mv0, mv1, mv2, mh0, mh1, mh2 = (_W_CLASS[(f >> (4 + 2 * t)) & 3] for t in range(6))
+    if f & 3 == FORM_H:
+
+        def h(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
+            ml, mr = _d3_lr(FORM, x, mid, l, r, t)
+            return sh(mh0(h0, ml), mh1(h1, _ld(x, mid)), mh2(h2, mr))
+
+        return h
+    if f & 3 == FORM_V:
+        return lambda FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2: sv(
+            mv0(v0, _ld(x, up)), mv1(v1, _ld(x, mid)), mv2(v2, _ld(x, dn)))
+
+    if f & ZH and f & SKIPZ:
+
+        def vh_skip(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
+            a, c = _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2)
+            return mh0(h0, a) + mh2(h2, c)
+
+        return vh_skip
+
+    if f & ZH:
+
+        def vh_zc(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
+            # The zero centre tap times the centre column's vertical sum would be NaN where that
+            # sum overflows; the general engine (all samples finite: zero taps skipped) and SciPy
+            # (horizontal pass first) stay finite there.  Multiplying the samples instead gives
+            # +-0 for finite ones and NaN for a NaN/inf: the general engine's bits on finite tiles.
+            a, c = _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2)
+            b = (h1 * _ld(x, up) + h1 * _ld(x, mid)) + h1 * _ld(x, dn)
+            return (mh0(h0, a) + mh2(h2, c)) + b
+
+        return vh_zc
+
+    def vh(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
+        a, c = _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2)
+        b = sv(mv0(v0, _ld(x, up)), mv1(v1, _ld(x, mid)), mv2(v2, _ld(x, dn)))
+        return sh(mh0(h0, a), mh1(h1, b), mh2(h2, c))
+
+    return vh
+
+
+@overload(_d3_out)
+def _ol_d3_out(EPI, K, o, oq, osK, a, b):
+    """The epilogue and the store (``b``: the second stencil, unused when ``K == 1``)."""
+    if not _literal(EPI, K):
+        return None
+    epi, k = EPI.literal_value, K.literal_value
+    if k == 1 and epi == EPI_MAG:
+        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, math.sqrt(a * a))
+    if k == 1:
+        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, a)
+    if epi == EPI_MAG:
+        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, math.sqrt(a * a + b * b))
+    if epi == EPI_DIR:
+        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, _atan2(a, b))
+
+    def stack(EPI, K, o, oq, osK, a, b):
+        _st(o, oq, a)
+        _st(o, oq + osK, b)
+
+    return stack
+
+
+@overload(_d3_pixel)
+def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
+    """Stencil ``F0`` (and ``F1`` if ``K == 2``) at one position, the epilogue, the store."""
+    if not _literal(F0, F1, EPI, K):
+        return None
+    if K.literal_value == 1:
+
+        def one(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
+            a = _d3_st(F0, x, up, mid, dn, l, r, t, w[0], w[1], w[2], w[3], w[4], w[5])
+            _d3_out(EPI, K, o, oq, osK, a, a)
+
+        return one
+
+    def two(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
+        a = _d3_st(F0, x, up, mid, dn, l, r, t, w[0], w[1], w[2], w[3], w[4], w[5])
+        b = _d3_st(F1, x, up, mid, dn, l, r, t, w[6], w[7], w[8], w[9], w[10], w[11])
+        _d3_out(EPI, K, o, oq, osK, a, b)
+
+    return two
+
+
+@overload(_d3_span)
+def _ol_d3_span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
+    """Positions ``a .. b-1`` of a run (left/right neighbours at -1/+1), stored at ``o[oq + q]``:
+    the vectorised loop.  With ``SKIPZ`` in ``F0`` it returns the max of ``e`` and ``_expo``
+    over the centre samples it read; with ``EDGE`` or ``MIRR``, ``T[tq + q]`` is the column
+    class of position ``q`` (``_d3_lr``)."""
+    if not _literal(F0, F1, EPI, K):
+        return None
+    check = F0.literal_value & SKIPZ
+    folds = F0.literal_value & (EDGE | MIRR)
+
+    def span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
+        for q in range(a, b):
+            t = T[tq + q] if folds else 0
+            _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
+            if check:
+                e = max(e, _expo(_ld(x, mid + q)))
+        return e
+
+    return span
+
+
+@overload(_d3_run)
+def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp):
+    """``n`` consecutive positions in chunks of a few cache lines, each first asking for the
+    input and output lines further on (prefetching the output for writing overlaps its
+    read-for-ownership with the work).  Returns ``_d3_span``'s ``e``.  Under ``STREAM`` each
+    whole output line of the run is computed into ``bp`` (64-byte aligned, one chunk) and
+    stored non-temporally; ``omis`` is ``o``'s misalignment in elements."""
+    if not _literal(F0, F1, EPI, K):
+        return None
+    k2 = K.literal_value == 2 and EPI.literal_value == EPI_STACK
+    stream = F0.literal_value & STREAM
+    check = F0.literal_value & SKIPZ
+    folds = F0.literal_value & (EDGE | MIRR)
+
+    def run_stream(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp):
+        line = _line(x)
+        ahead = _D3_AHEAD * line
+        ch = _D3_STREAM_CHUNK * line
+        a = min(n, (line - (omis + oq) % line) % line)  # up to the first whole line
+        b = a + (n - a) // line * line  # the last whole line's end
+        e = _d3_span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, 0, a, T, tq, w, _expo(_ld(x, mid)))
+        for c in range(a, b, ch):
+            cb = min(c + ch, b)
+            for k in range(c + ahead, c + ahead + ch, line):
+                _prefetch_r(x, dn + k)
+            e = _d3_span(F0, F1, EPI, K, bp, -c, osK, x, up, mid, dn, c, cb, T, tq, w, e)
+            for j in range(0, cb - c, line):
+                _stream_line(o, oq + c + j, bp, j)
+        return _d3_span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, b, n, T, tq, w, e)
+
+    def run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp):
+        line = _line(x)
+        ahead = _D3_AHEAD * line
+        ch = _D3_CHUNK * line
+        e = _expo(_ld(x, mid))
+        for c in range(0, n, ch):
+            for k in range(c + ahead, c + ahead + ch, line):
+                _prefetch_r(x, dn + k)
+                _prefetch_w(o, oq + k)
+                if k2:
+                    _prefetch_w(o, oq + osK + k)
+            # (_d3_span's loop, written out: one function less to compile per kernel, 0.4 s of
+            # the first gradient_magnitude call)
+            for q in range(c, min(c + ch, n)):
+                t = T[tq + q] if folds else 0
+                _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
+                if check:
+                    e = max(e, _expo(_ld(x, mid + q)))
+        return e
+
+    return run_stream if stream else run
+
+
+@overload(_d3_row)
+def _ol_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1):
+    """Row ``i`` outside the interior run: the whole row if it is the first or last (the row
+    fold), and its column 0 / W-1 if ``c0`` / ``c1`` (the column fold)."""
+    if not _literal(F0, F1, EPI, K):
+        return None
+
+    def row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1):
+        up = xb + (i - 1 if i > 0 else fy0) * W
+        dn = xb + (i + 1 if i < H - 1 else fy1) * W
+        mid = xb + i * W
+        oi = ob + i * W
+        if (i == 0 or i == H - 1) and W > 2:
+            _d3_run(F0, F1, EPI, K, o, oi + 1, osK, x, up + 1, mid + 1, dn + 1, W - 2, T, 0, w, 0, o)
+        if c0:
+            _d3_pixel(F0, F1, EPI, K, o, oi, osK, x, up, mid, dn, dl0, np.int64(1) if W > 1 else dr1, 0, w)
+        if c1 and W > 1:
+            e = W - 1
+            _d3_pixel(F0, F1, EPI, K, o, oi + e, osK, x, up + e, mid + e, dn + e, np.int64(-1), dr1, 0, w)
+
+    return row
+
+
+@njit(inline="always", **_JIT)
+def _expo_max(x, a, n):
+    """max of ``_expo`` over ``x[a : a + n]`` (n >= 1): ``_expo_all`` iff one is inf or NaN."""
+    e = _expo(_ld(x, a))
+    for q in range(1, n):
+        e = max(e, _expo(_ld(x, a + q)))
+    return e
+
+
+#: the direct run's chunk and prefetch distance, in cache lines (measured on (a2): 4 and 128
+#: beat 8/16 and 32/64/256 by 5-10%; without prefetching the run took 1.3x as long)
+_D3_CHUNK, _D3_AHEAD = 4, 128
+#: the chunk (line buffer) of a ``STREAM`` run, in cache lines
+_D3_STREAM_CHUNK = 16
+#: elements per row block of a large plane on the direct path
+_D3_TILE = 1 << 17
+#: planes up to this wide take their border columns in the interior run (``EDGE`` / ``MIRR``;
+#: 28x28 planes: 240 -> 215 ns each in cache; wide planes have too few border pixels to gain)
+_D3_FOLD_W = 64
+
+
+def _llc_bytes():
+    """The last-level cache's size (Linux sysfs: the largest of cpu0's caches), else 32 MiB."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    sizes = []
+    try:
+        for d in os.listdir(base):
+            if d.startswith("index"):
+                with open(os.path.join(base, d, "size")) as f:
+                    t = f.read().strip()
+                sizes.append(int(t[:-1]) << {"K": 10, "M": 20, "G": 30}[t[-1]] if t[-1] in "KMG" else int(t))
+    except (OSError, ValueError):
+        pass
+    return max(sizes, default=32 << 20)
+
+
+#: outputs of at least this many bytes (the last-level cache) of planes at least this wide take
+#: non-temporal stores on the direct path (``STREAM``): writing a line without reading it first
+#: saves a third of the memory traffic of a one-pass op (4096x4096 float32, 2 threads: 3.4 ->
+#: 2.5 ms for a copy; Sobel magnitude 5.5-7.8 -> 4.1-7.1 ms on a Zen 4 host).  Batches of
+#: small planes did not gain (28x28: the line buffer's extra pass costs what the stores save)
+_STREAM_BYTES = _llc_bytes()
+_STREAM_MIN_W = 256
+
+
+def _d3_kernel(FORMS, EPI, FOLD, STRM):
+    """The direct kernel for one or two stencils of the given forms and one epilogue, built
+    (and compiled) on first use.  Its closure holds only integers (the disk cache keys on
+    them); every constant is known to the compiler, so the interior loop is one fused,
+    vectorised pass (loads, taps, epilogue, store).  ``FOLD``: 0, or ``EDGE`` / ``MIRR`` when
+    the interior run also covers the border columns of the rows in between (``_d3_lr``).
+    ``STRM``: 0, or ``STREAM`` for non-temporal stores of the runs' whole output lines (one
+    output, larger than the cache: ``_d3_plan``)."""
+    key = (FORMS, EPI, FOLD, STRM)
+    k = _d3_kernels.get(key)
+    if k is not None:
+        return k
+    K = len(FORMS)
+    F0 = FORMS[0]
+    F1 = FORMS[-1]
+    # zero centre taps are left out of the interior run when its samples are all finite (the
+    # check: one integer max-reduction over the rows it reads); not for the direction, whose
+    # atan2 tells the signs of zero apart
+    SKIP = EPI != EPI_DIR and any(f & (ZV | ZH) for f in FORMS)
+    S0 = F0 | SKIPZ | FOLD | STRM
+    S1 = F1 | SKIPZ | FOLD
+    R0 = F0 | FOLD | STRM
+    R1 = F1 | FOLD
+    CHB = _D3_STREAM_CHUNK * 64 + 64 if STRM else 0
+
+    @njit(**_JIT)
+    def kernel(xa, oa, carrier, Da, Fa, Ta, La, it0, it1):
+        x = _ptr(xa, carrier)
+        o = _ptr(oa, carrier)
+        F = _cvt(carrier, Fa)
+        w = (F[0], F[1], F[2], F[3], F[4], F[5], F[6], F[7], F[8], F[9], F[10], F[11])
+        H, W = Da[D_H], Da[D_W]
+        BR, NB, MP = Da[D_BR], Da[D_NB], Da[D_MP]
+        fy0, fy1 = Da[D_FY0], Da[D_FY1]
+        dl0 = Da[D_FX0]  # column 0's left neighbour (an offset from column 0)
+        dr1 = Da[D_FX1] - (W - 1)  # column W-1's right neighbour
+        N = La[L_N]
+        xn1, xs1, on1, os1, osK = La[R_X], La[R_X + 2], La[R_O], La[R_O + 2], La[R_O + 3]
+        L = _ptr(La.ctypes.data, La[0])
+        T = _ptr(Ta.ctypes.data, Ta[0])
+        line = _line(o)
+        omis = (oa // (64 // line)) % line
+        buf = np.empty(CHB, np.uint8)  # STREAM: the line buffer, from its first 64-byte boundary
+        bp = _ptr((buf.ctypes.data + 63) // 64 * 64, carrier)
+        for it in range(it0, it1):
+            p0 = (it // NB) * MP
+            ra = (it % NB) * BR
+            rb = min(H, ra + BR)
+            ia = max(ra, 1)  # interior rows ia .. ib
+            ib = min(rb, H - 1)
+            xb = _poff(L, np.int64(R_X), p0)
+            ob = _poff(L, np.int64(R_O), p0)
+            xr = p0 % xn1
+            orr = p0 % on1
+            for p in range(p0, min(p0 + MP, N)):
+                if p > p0:  # the next plane, without an integer division per plane
+                    xr += 1
+                    orr += 1
+                    if xr == xn1:
+                        xr = 0
+                        xb = _poff(L, np.int64(R_X), p)
+                    else:
+                        xb += xs1
+                    if orr == on1:
+                        orr = 0
+                        ob = _poff(L, np.int64(R_O), p)
+                    else:
+                        ob += os1
+                # interior rows, one flat run from column 1 of row ia to column W-2 of row ib-1
+                # (so that no tap reads outside the plane); columns 0 and W-1 of the rows in
+                # between read across row ends there: redone below, or under FOLD selected in
+                # the run from the column classes (T: 1 / 2 at columns 0 / W-1, from row ra)
+                run = ib > ia and W > 2
+                if run:
+                    q0 = ia * W + 1
+                    n = (ib - ia) * W - 2
+                    tq = q0 - ra * W
+                    if SKIP:
+                        e = _d3_run(S0, S1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T,
+                                    tq, w, omis, bp)
+                        e = max(e, _expo_max(x, xb + (ia - 1) * W, W), _expo_max(x, xb + ib * W, W),
+                                _expo(_ld(x, xb + q0 - 1)), _expo(_ld(x, xb + q0 + n)))
+                    if not SKIP or e == _expo_all(w[0]):
+                        if STRM and SKIP:
+                            _fence()  # (the rerun stores over the first run's)
+                        _d3_run(R0, R1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T, tq, w,
+                                omis, bp)
+                # the first / last row (the row fold), and the border columns (the column fold;
+                # under FOLD only where the run did not go: its first and last position)
+                if FOLD != 0 and run:
+                    for i in range(ra, ia):
+                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
+                    for i in range(ib, rb):
+                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
+                    _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, ia, H, W, fy0, fy1, dl0, dr1, T, w, True, False)
+                    _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, ib - 1, H, W, fy0, fy1, dl0, dr1, T, w, False, True)
+                else:
+                    if STRM and run:
+                        _fence()  # (the border columns are stored over the run's)
+                    for i in range(ra, rb):
+                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
+        if STRM:
+            _fence()  # the non-temporal stores are visible to the thread that returns the output
+        return F.size + Da.size + La.size + Ta.size + buf.size
+
+    return _d3_kernels.setdefault(key, kernel)  # (a concurrent first call may have built one)
+
+
+
+
+def _d3_form(vt, ht, dt):
+    """(form, [v0, v1, v2, h0, h1, h2]) of a normalised stencil the direct path runs, else None:
+    1-D passes of three taps at offsets -1, 0, 1, none zero or only the centre one (the general
+    engine sums non-zero taps first; the direct path keeps that order)."""
+
+    def three(taps, axis):
+        w = {t[axis]: t[2] for t in taps}
+        if len(taps) != 3 or sorted(w) != [-1, 0, 1] or any(t[1 - axis] != 0 for t in taps):
+            return None
+        if w[-1] == 0.0 or w[1] == 0.0:
+            return None
+        return [w[-1], w[0], w[1]]
+
+    def code(base, w):
+        c = base | (ZV if w[1] == 0.0 else 0) | (ZH if w[4] == 0.0 else 0)
+        return c | sum(_w_class(wt) << (4 + 2 * t) for t, wt in enumerate(w)), w
+
+    if vt and ht:
+        v, h = three(vt, 0), three(ht, 1)
+        return None if v is None or h is None else code(FORM_VH, v + h)
+    v, h = three(dt, 0), three(dt, 1)
+    if h is not None:
+        return code(FORM_H, [0.0, 1.0, 0.0] + h)  # unused vertical taps (a non-zero centre: no ZV)
+    if v is not None:
+        return code(FORM_V, v + [0.0, 1.0, 0.0])
+    return None
+
+
+def _d3_plan(info, H, W, N, nthreads, itemsize, aligned):
+    """(kernel, D, F, T, work items) for the direct 3x3 path, or None when the spec is not of
+    that kind.  ``aligned``: the output's address is a multiple of ``itemsize`` (its lines can
+    be streamed)."""
+    key = (id(info), H, W, N, nthreads, itemsize, aligned)
+    hit = _d3_cache.get(key)
+    if hit is not None and hit[0] is info:
+        return hit[1]
+    norm, epi, mode = info[0], info[1], info[2]
+    forms = [_d3_form(vt, ht, dt) for vt, ht, dt, _ in norm]
+    plan = None
+    if epi in (EPI_STACK, EPI_MAG, EPI_DIR) and mode != "constant" and len(forms) in (1, 2) and all(forms):
+        fy = _fold(H, -1, H + 2, mode)
+        fx = _fold(W, -1, W + 2, mode)
+        if fy.min() >= 0 and fx.min() >= 0:  # a guard: every mode but constant folds onto samples
+            if _whole_planes(H * W, N, H, W, nthreads):
+                BR, NB, MP = H, 1, _stack(H * W, N, nthreads)
+            else:
+                # row blocks of about _D3_TILE elements (fewer halo rows than the general
+                # engine's tiles: 4096x4096 Sobel 2.6 -> 2.2 ms), at least 4 per thread
+                BR, MP = max(1, min(H, _D3_TILE // W, -(-H // (4 * nthreads)))), 1
+                NB = -(-H // BR)
+            D = np.array([H, W, BR, NB, MP, fy[0], fy[-1], fx[0], fx[-1]], np.int64)
+            F = np.array([w for f in forms for w in f[1]] + [0.0] * 6 * (2 - len(forms)), np.float64)
+            # narrow planes: the run selects the border columns' folded neighbours per lane
+            fold = 0
+            if 2 < W <= _D3_FOLD_W:
+                fold = {(0, W - 1): EDGE, (1, W - 2): MIRR}.get((int(fx[0]), int(fx[-1])), 0)
+            T = np.zeros(BR * W if fold else 1, np.uint8)
+            if fold:
+                T[0::W] = 1
+                T[W - 1 :: W] = 2
+            # non-temporal stores for one output larger than the cache (two would need the
+            # same alignment), of wide planes (long runs; a fence per row block orders them
+            # before the border columns are redone)
+            strm = 0
+            if (N * H * W * itemsize >= _STREAM_BYTES and (len(forms) == 1 or epi != EPI_STACK) and W >= _STREAM_MIN_W
+                    and aligned and H > 2):
+                strm = STREAM
+            plan = (_d3_kernel(tuple(f[0] for f in forms), epi, fold, strm), D, F, T, -(-N // MP) * NB)
+    if len(_d3_cache) > 1024:
+        _d3_cache.clear()
+    _d3_cache[key] = (info, plan)
+    return plan

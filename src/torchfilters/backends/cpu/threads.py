@@ -1,0 +1,74 @@
+"""The thread pool: a call's work items run on the calling thread plus a small pool.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+
+_pool = None
+_pool_pid = None
+_pool_lock = threading.Lock()
+
+
+def _threads():
+    """Worker threads for a call: ``torch.get_num_threads()``."""
+    n = torch.get_num_threads()
+    return n if n > 1 else 1
+
+
+def _get_pool(n):
+    global _pool, _pool_pid
+    pid = os.getpid()
+    pool = _pool
+    if pool is None or _pool_pid != pid or pool._max_workers < n - 1:
+        with _pool_lock:
+            if _pool is None or _pool_pid != pid or _pool._max_workers < n - 1:
+                # a fresh pool after fork (threads do not survive it) or a larger thread count
+                _pool = ThreadPoolExecutor(max(n - 1, 1), thread_name_prefix="torchfilters-cpu")
+                _pool_pid = pid
+            pool = _pool
+    return pool
+
+
+
+
+def _launch(fn, args, nitems, nthreads, serial):
+    """Run ``fn(*args, it0, it1)`` over the work items.
+
+    The kernels release the GIL (``nogil``), so a call is split into chunks run
+    by ``nthreads`` threads -- the caller plus a small pool -- pulling chunks
+    from a shared counter (a core busy elsewhere slows its thread, not the call).
+    This replaces numba's ``parallel=True``: its parfor wrapper re-optimises the
+    whole inlined kernel and tripled the first-call compile time."""
+    if serial or nthreads == 1 or nitems == 1:
+        fn(*args, 0, nitems)
+        return
+    nchunks = min(nitems, 4 * nthreads)
+    counter = itertools.count()
+
+    def work():
+        c = next(counter)
+        while c < nchunks:
+            fn(*args, c * nitems // nchunks, (c + 1) * nitems // nchunks)
+            c = next(counter)
+
+    futures = []
+    try:
+        pool = _get_pool(nthreads)
+        for _ in range(min(nthreads, nchunks) - 1):
+            futures.append(pool.submit(work))
+    except RuntimeError:
+        # interpreter shutdown (an atexit handler, a non-daemon thread after the main thread
+        # returned): the pool takes no new work; the calling thread does what is left
+        pass
+    try:
+        work()
+    finally:
+        for f in futures:
+            f.result()
