@@ -4,8 +4,8 @@ passes of three taps at offsets -1, 0, 1 -- in the modes that fold onto samples
 specialised per (stencil forms, epilogue) reads the input in place, one long
 flat loop over a plane's interior rows (taps at constant flat offsets: loads,
 taps, epilogue and store in one vectorised pass; columns 0 and W-1 read across
-row ends there and are recomputed, or, on planes up to 64 wide in the modes
-whose fold is a neighbour in the row, take the folded value per lane by a
+row ends there and are recomputed, or, in the modes whose fold is a neighbour
+in the row (reflect, nearest, mirror), take the folded value per lane by a
 select), the first/last rows through the row fold, the two border columns
 through the column fold.  The run leaves the zero centre taps out (the
 derivative taps of every operator) when an integer max over the exponent bits
@@ -17,6 +17,11 @@ aside; and where a Sobel-type column sum overflows next to a NaN elsewhere in
 the tile, the direct path keeps SciPy's finite values where the general engine
 gives NaN).  This is what brings a batch of 28x28 planes and a 4096x4096 image
 near the memory floor.
+
+Kernels are specialised on the stencil forms, the epilogue and the mode's
+column class, never on the image size, with one exception: outputs larger than
+the last-level cache, of planes at least 256 wide, use a streaming-store variant
+(``STREAM``), which ``torchfilters warmup`` compiles ahead.
 """
 
 from __future__ import annotations
@@ -44,8 +49,9 @@ from .tables import EPI_DIR, EPI_MAG, EPI_STACK, L_N, R_O, R_X, _poff
 # the output is computed straight from the input: one long flat loop over the
 # interior rows of a plane (the taps are constant flat offsets, so it
 # vectorises; columns 0 and W-1 read across row ends there and are recomputed,
-# or on narrow planes selected per lane: EDGE / MIRR), the first and last rows
-# through the row fold, and the two border columns through the column fold.
+# or, in the modes whose fold is a neighbour in the row, selected per lane:
+# EDGE / MIRR), the first and last rows through the row fold, and the two
+# border columns through the column fold.
 # No tile copy, no intermediate pass buffers: about a third of the work of the
 # general engine, which is what makes a batch of 28x28 planes run near the
 # memory floor.  Outputs larger than the last-level cache, of wide planes, are
@@ -418,9 +424,11 @@ _D3_CHUNK, _D3_AHEAD = 4, 128
 _D3_STREAM_CHUNK = 16
 #: elements per row block of a large plane on the direct path
 _D3_TILE = 1 << 17
-#: planes up to this wide take their border columns in the interior run (``EDGE`` / ``MIRR``;
-#: 28x28 planes: 240 -> 215 ns each in cache; wide planes have too few border pixels to gain)
-_D3_FOLD_W = 64
+#: the interior run takes the border columns of its rows (``EDGE`` / ``MIRR`` lanes: 28x28
+#: planes 240 -> 215 ns each in cache) in the modes whose fold is a neighbour in the row.  It is
+#: a property of the mode, not of the width: one kernel serves every image size (on wide planes
+#: the selects cost within noise: 2048x2048 Sobel, one thread, 2.7-3.1 ms with or without)
+_D3_FOLD = {"reflect": EDGE, "nearest": EDGE, "mirror": MIRR}
 
 
 def _llc_bytes():
@@ -609,12 +617,12 @@ def _d3_plan(info, H, W, N, nthreads, itemsize, aligned):
                 NB = -(-H // BR)
             D = np.array([H, W, BR, NB, MP, fy[0], fy[-1], fx[0], fx[-1]], np.int64)
             F = np.array([w for f in forms for w in f[1]] + [0.0] * 6 * (2 - len(forms)), np.float64)
-            # narrow planes: the run selects the border columns' folded neighbours per lane
-            fold = 0
-            if 2 < W <= _D3_FOLD_W:
-                fold = {(0, W - 1): EDGE, (1, W - 2): MIRR}.get((int(fx[0]), int(fx[-1])), 0)
-            T = np.zeros(BR * W if fold else 1, np.uint8)
-            if fold:
+            # the run selects the border columns' folded neighbours per lane (rows of at least
+            # three columns have a run; narrower ones go through the row fold alone)
+            fold = _D3_FOLD.get(mode, 0)
+            T = np.zeros(BR * W if fold and W > 2 else 1, np.uint8)
+            if fold and W > 2:
+                assert (int(fx[0]), int(fx[-1])) == ((0, W - 1) if fold == EDGE else (1, W - 2)), (mode, fx)
                 T[0::W] = 1
                 T[W - 1 :: W] = 2
             # non-temporal stores for one output larger than the cache (two would need the

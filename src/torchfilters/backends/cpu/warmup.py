@@ -1,0 +1,144 @@
+"""Compile every kernel variant of the CPU engine into numba's disk cache, ahead of use.
+
+A kernel is compiled the first time a call needs it (1-3 s each) and then loaded from the
+disk cache in later processes.  ``warmup`` runs one small call of every op, operator, mode
+class, epilogue and direction (forward and backward) per dtype, so that container images,
+CI runners and cluster nodes never compile at run time.  ``torchfilters warmup`` is its
+command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional
+
+import torch
+
+from . import cache, direct
+
+#: dtypes the engine runs
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_OPERATORS = ("central", "sobel", "scharr", "prewitt")
+#: one mode per column class of the direct path (EDGE, MIRR, none) and the tiled engine's constant
+_MODES = ("reflect", "mirror", "wrap", "constant")
+
+
+class WarmupReport(NamedTuple):
+    """What :func:`warmup` did: ``calls`` op calls, which ``compiled`` kernels (and their
+    helper functions) and ``loaded`` others from the disk cache, in ``seconds``; kernels are
+    cached in ``cache_dir``."""
+
+    calls: int
+    compiled: int
+    loaded: int
+    seconds: float
+    cache_dir: Optional[str]
+
+
+def _calls(dtype: torch.dtype) -> Iterator[tuple[str, Callable[[], object]]]:
+    """(label, call) for every kernel variant of one dtype."""
+    import torchfilters as tf
+
+    small = torch.rand(2, 7, 9).to(dtype)  # several planes: the stacked tiled layout
+    wide = torch.rand(3, 260).to(dtype)  # a plane >= 256 wide: the streaming variant (forced)
+
+    def fwd_bwd(fn):
+        def run():
+            x = small.detach().requires_grad_(True)
+            fn(x).sum().backward()
+
+        return run
+
+    def streamed(fn):
+        def run():
+            with _streaming():
+                fn(wide)
+
+        return run
+
+    for mode in _MODES:
+        for op in _OPERATORS:
+            for nz in (False, True):
+                kw = dict(operator=op, mode=mode, normalized=nz)
+                for axis in (-1, -2):
+                    yield f"derivative {op} {mode} axis={axis}", fwd_bwd(
+                        lambda t, a=axis, kw=kw: tf.derivative(t, a, **kw))
+                    if mode != "constant":
+                        yield f"derivative {op} {mode} axis={axis} (streaming)", streamed(
+                            lambda t, a=axis, kw=kw: tf.derivative(t, a, **kw))
+                yield f"gradient {op} {mode}", fwd_bwd(lambda t, kw=kw: tf.gradient(t, **kw))
+                for name in ("gradient_magnitude",) + (() if nz else ("gradient_direction",)):
+                    fn = getattr(tf, name)
+                    kw1 = kw if name == "gradient_magnitude" else dict(operator=op, mode=mode)
+                    yield f"{name} {op} {mode}", fwd_bwd(lambda t, fn=fn, kw=kw1: fn(t, **kw))
+                    if mode != "constant":
+                        yield f"{name} {op} {mode} (streaming)", streamed(lambda t, fn=fn, kw=kw1: fn(t, **kw))
+        yield f"correlate {mode}", fwd_bwd(lambda t, m=mode: tf.correlate(t, [[1.0, 2.0], [3.0, 4.0]], mode=m))
+        yield f"gaussian_filter {mode}", fwd_bwd(lambda t, m=mode: tf.gaussian_filter(t, 1.0, mode=m))
+        for nz in (False, True):
+            yield f"selective_blur {mode} normalized={nz}", fwd_bwd(
+                lambda t, m=mode, nz=nz: tf.selective_blur(t, 0.5, mode=m, normalized=nz))
+
+
+@contextlib.contextmanager
+def _streaming():
+    """Make the direct path pick its streaming-store variant for any output size."""
+    saved = direct._STREAM_BYTES, direct._STREAM_MIN_W, direct._d3_cache.copy()
+    direct._STREAM_BYTES = direct._STREAM_MIN_W = 0
+    direct._d3_cache.clear()
+    try:
+        yield
+    finally:
+        direct._STREAM_BYTES, direct._STREAM_MIN_W = saved[:2]
+        direct._d3_cache.clear()
+        direct._d3_cache.update(saved[2])
+
+
+def _kernels():
+    """The engine's kernel dispatchers (the functions a call launches), built so far."""
+    import sys
+
+    from numba.core.dispatcher import Dispatcher
+
+    from . import adjoint, forward
+
+    found = {id(k): k for k in list(direct._d3_kernels.values()) + list(forward._K_FILTER_FWD.values())
+             + list(adjoint._K_FILTER_BWD.values())}
+    for name, mod in list(sys.modules.items()):
+        if name.startswith(__package__ + "."):
+            found.update((id(v), v) for v in vars(mod).values() if isinstance(v, Dispatcher))
+    return list(found.values())
+
+
+def _counts() -> tuple[int, int]:
+    """(compiled, loaded from the disk cache): signatures of the engine's kernels so far."""
+    ks = _kernels()
+    return sum(sum(k._cache_misses.values()) for k in ks), sum(sum(k._cache_hits.values()) for k in ks)
+
+
+def warmup(dtypes: Iterable[torch.dtype] = (torch.float32,), progress: Optional[Callable[[str], None]] = None
+           ) -> WarmupReport:
+    """Compile every CPU kernel for ``dtypes`` into the disk cache (loaded, not compiled, later).
+
+    Args:
+        dtypes: the storage dtypes to compile for (float32, float64, float16, bfloat16).
+        progress: called with a label before each call (a progress bar's ``set_description``).
+
+    Returns:
+        A :class:`WarmupReport`: the number of calls, of kernels compiled and of kernels
+        loaded from the cache, the time taken and the cache folder.
+    """
+    t0 = time.perf_counter()
+    calls = 0
+    before = _counts()
+    for dtype in dtypes:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}; got {dtype}")
+        for label, call in _calls(dtype):
+            if progress is not None:
+                progress(f"{str(dtype).replace('torch.', '')} {label}")
+            call()
+            calls += 1
+    after = _counts()
+    return WarmupReport(calls, after[0] - before[0], after[1] - before[1], time.perf_counter() - t0, cache.cache_dir())
