@@ -405,7 +405,7 @@ def convolve1d(
 
 
 def _derivative_stencil(operator: str, axis: int, normalized: bool):
-    deriv, smooth = kernels.derivative_weights(operator, False)
+    deriv, smooth = kernels.derivative_weights(operator)
     passes = [[axis, -(len(deriv) // 2), deriv]]
     if smooth != (1.0,):  # a 1-tap unit pass is the identity in every mode
         passes.append([-1 - (axis + 2), -(len(smooth) // 2), smooth])  # the other axis
