@@ -42,7 +42,19 @@ from torch import Tensor
 
 from . import _ops, _spec, kernels
 from ._spec import BlurSpec, FilterSpec
-from ._validate import canonical_mode, check_axis, check_cval, check_input, check_out, check_real, pair
+from ._validate import (
+    canonical_mode,
+    check_axis,
+    check_bool,
+    check_cval,
+    check_dense,
+    check_input,
+    check_out,
+    check_real,
+    pair,
+    tensor_values,
+    type_name,
+)
 from .backends import check_backend, resolve
 
 __all__ = [
@@ -145,7 +157,7 @@ def _gradient_pair(input, operator, mode, cval, normalized, epilogue, out, backe
     """Both derivatives (d/dy, d/dx) of ``operator``, combined by ``epilogue``."""
     x, mode, cval = _prep(input, mode, cval)
     op = kernels.check_operator(operator)
-    n = _check_bool(normalized, "normalized")
+    n = check_bool(normalized, "normalized")
     return _filter(x, mode, cval, epilogue, (("deriv", op, -2, n), ("deriv", op, -1, n)), out, backend)
 
 
@@ -184,16 +196,19 @@ def _nested_floats(obj, depth: int, name: str):
         if hasattr(obj, "__len__") and not isinstance(obj, (str, bytes)):
             raise ValueError(f"{name} has more dimensions than expected")
         if isinstance(obj, bool) or not isinstance(obj, Real):
-            raise TypeError(f"{name} must hold real numbers; got {type(obj).__name__}")
+            raise TypeError(f"{name} must hold real numbers; got {type_name(obj)}")
         return float(obj)
     if isinstance(obj, (str, bytes)) or not hasattr(obj, "__len__"):
-        raise ValueError(f"{name} must be {depth}-D more than it is; got {type(obj).__name__}")
+        raise ValueError(f"{name} must be {depth}-D more than it is; got {type_name(obj)}")
     return tuple(_nested_floats(o, depth - 1, name) for o in obj)
 
 
 def _weights_tuple(weights, ndim: int, name: str = "weights"):
     """Validate filter weights; return nested tuples of floats (``ndim`` levels)."""
     if isinstance(weights, Tensor):
+        check_dense(weights, name)  # before anything reads its values
+        if weights.is_meta:
+            tensor_values(weights, name)  # raises the ValueError
         if weights.requires_grad:
             raise ValueError(
                 f"{name} requires grad, but torchfilters treats filter weights as constants "
@@ -209,7 +224,7 @@ def _weights_tuple(weights, ndim: int, name: str = "weights"):
     if isinstance(weights, Real) and not isinstance(weights, bool):
         raise ValueError(f"{name} must be {ndim}-D; got the scalar {weights!r}")
     if not isinstance(weights, (list, tuple)):
-        raise TypeError(f"{name} must be a tensor or a nested sequence of numbers; got {type(weights).__name__}")
+        raise TypeError(f"{name} must be a tensor or a nested sequence of numbers; got {type_name(weights)}")
     try:
         w = _nested_floats(weights, ndim, name)
     except ValueError:
@@ -223,7 +238,7 @@ def _weights_tuple(weights, ndim: int, name: str = "weights"):
 
 def _check_origin(origin, k: int, name: str = "origin") -> int:
     if isinstance(origin, bool) or not isinstance(origin, Integral):
-        raise TypeError(f"{name} must be an int; got {type(origin).__name__}")
+        raise TypeError(f"{name} must be an int; got {type_name(origin)}")
     origin = int(origin)
     if origin < -(k // 2) or origin > (k - 1) // 2:
         raise ValueError(
@@ -334,7 +349,7 @@ def _correlate1d(input, weights, axis, mode, cval, origin, out, backend, flip: b
     axis = check_axis(axis)
     w = _weights_tuple(weights, 1)
     if isinstance(origin, bool) or not isinstance(origin, Integral):
-        raise TypeError(f"origin must be an int; got {type(origin).__name__}")
+        raise TypeError(f"origin must be an int; got {type_name(origin)}")
     origin = int(origin)
     if flip:  # scipy.ndimage.convolve1d
         w = w[::-1]
@@ -417,12 +432,6 @@ def _derivative_stencil(operator: str, axis: int, normalized: bool):
     return _spec.sep(*passes)
 
 
-def _check_bool(value, name):
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool; got {type(value).__name__}")
-    return value
-
-
 def derivative(
     input: Tensor,
     axis: int = -1,
@@ -474,7 +483,7 @@ def derivative(
         tensor([[ 1.,  2.,  2.,  1., -1., -2., -2., -1.]])
     """
     x, mode, cval = _prep(input, mode, cval)
-    recipe = ("deriv", kernels.check_operator(operator), check_axis(axis), _check_bool(normalized, "normalized"))
+    recipe = ("deriv", kernels.check_operator(operator), check_axis(axis), check_bool(normalized, "normalized"))
     return _filter(x, mode, cval, "stack", (recipe,), out, backend)
 
 
@@ -827,8 +836,8 @@ def selective_blur(
     """
     x, mode, cval = _prep(input, mode, cval)
     threshold = check_real(threshold, "threshold")
-    normalized = _check_bool(normalized, "normalized")
-    keep_border = _check_bool(keep_border, "keep_border")
+    normalized = check_bool(normalized, "normalized")
+    keep_border = check_bool(keep_border, "keep_border")
     if sigma is not None and weights is not None:
         raise ValueError("give at most one of sigma and weights")
     if weights is not None:
@@ -844,7 +853,8 @@ def selective_blur(
         recipe = ("binomial",)
     if mask is not None:
         if not isinstance(mask, Tensor):
-            raise TypeError(f"mask must be a bool torch.Tensor; got {type(mask).__name__}")
+            raise TypeError(f"mask must be a bool torch.Tensor; got {type_name(mask)}")
+        check_dense(mask, "mask")
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must have dtype torch.bool; got {mask.dtype} (use mask.bool() or mask != 0)")
         try:
@@ -856,6 +866,8 @@ def selective_blur(
                 f"mask of shape {tuple(mask.shape)} does not broadcast to input of shape {tuple(x.shape)}"
             )
         if mask.device != x.device:
+            if mask.is_meta:
+                tensor_values(mask, "mask")  # the ValueError: no values
             raise ValueError(f"mask is on {mask.device} but input is on {x.device}")
         mask = mask.expand(x.shape)
     text = _blur_text(mode, cval, normalized, keep_border, recipe, _signbit(cval))
