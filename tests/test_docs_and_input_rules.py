@@ -24,7 +24,7 @@ import pytest
 import torch
 
 import torchfilters as tf
-from torchfilters import kernels
+from torchfilters import _docs, kernels
 
 X = torch.rand(2, 1, 5, 6, generator=torch.Generator().manual_seed(0))
 
@@ -56,6 +56,114 @@ NAMES = sorted(PUBLIC)
 
 def test_the_table_covers_every_public_op():
     assert set(PUBLIC) == set(tf.functional.__all__)
+
+
+# ------------------------------------------------------------------ docstrings
+
+
+def _args_section(doc: str) -> list:
+    """The argument names of a Google-style ``Args:`` section (after ``inspect.cleandoc``)."""
+    m = re.search(r"^Args:\n(.*?)(?=^\S|\Z)", doc, re.M | re.S)
+    assert m, "no Args: section"
+    return re.findall(r"^    (\w+)(?: \(.*?\))?:", m.group(1), re.M)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_help_documents_every_argument(name):
+    fn = getattr(tf, name)
+    doc = inspect.getdoc(fn)
+    documented = _args_section(doc)
+    params = list(inspect.signature(fn).parameters)
+    assert documented == params, f"{name}: Args {documented} vs signature {params}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_help_shows_the_shared_paragraphs(name):
+    doc = inspect.getdoc(getattr(tf, name))
+    assert "%(" not in doc, "an unfilled placeholder"
+    flat = " ".join(doc.split())  # the needles do not depend on where lines break
+    for needle in [
+        "(..., H, W)",  # shapes
+        "float16, bfloat16",  # dtypes
+        "promoted",  # integer promotion
+        "d c b a | a b c d | d c b a",  # the mode table
+        "'grid-mirror'",
+        "'replicate'",  # the torch names raise ValueError
+        "cval",
+        "out:",
+        "may alias",
+        "TORCHFILTERS_BACKEND",
+        "BackendUnavailableError",
+        "Returns:",
+        "Raises:",
+        "TypeError:",
+        "ValueError:",
+        "SciPy: on each ``(H, W)`` slice",
+        ">>> ",
+    ]:
+        assert needle in flat, f"{name}'s docstring lacks {needle!r}"
+
+
+@pytest.mark.parametrize(
+    "name, scipy_call",
+    [
+        ("correlate", "scipy.ndimage.correlate("),
+        ("convolve", "scipy.ndimage.convolve("),
+        ("correlate1d", "scipy.ndimage.correlate1d("),
+        ("convolve1d", "scipy.ndimage.convolve1d("),
+        ("sobel", "scipy.ndimage.sobel("),
+        ("prewitt", "scipy.ndimage.prewitt("),
+        ("gaussian_filter", "scipy.ndimage.gaussian_filter("),
+        ("gaussian_gradient_magnitude", "scipy.ndimage.gaussian_gradient_magnitude("),
+    ],
+)
+def test_help_names_the_scipy_call(name, scipy_call):
+    assert f"the same as\n``{scipy_call}" in inspect.getdoc(getattr(tf, name))
+
+
+def test_gaussian_filter_documents_mode_cval_out_backend():
+    assert {"mode", "cval", "out", "backend"} <= set(_args_section(inspect.getdoc(tf.gaussian_filter)))
+
+
+def test_each_paragraph_is_written_once():
+    """The mode table lives in _docs only: functional.py's source holds it nowhere."""
+    src = inspect.getsource(tf.functional)
+    assert "d c b a | a b c d | d c b a" not in src
+    assert "%(mode)s" in src
+
+
+@pytest.mark.parametrize("cls", [tf.nn.GradientMagnitude, tf.nn.GaussianFilter, tf.nn.SelectiveBlur])
+def test_nn_modules_fill_from_the_same_source(cls):
+    doc = inspect.getdoc(cls)
+    assert "%(" not in doc
+    assert _args_section(doc) == [p for p in inspect.signature(cls).parameters]
+    assert "d c b a | a b c d | d c b a" in doc
+    assert "(..., H, W)" in doc
+    assert "forward" in doc
+    fwd = inspect.getdoc(cls.forward)
+    assert _args_section(fwd) == [p for p in inspect.signature(cls.forward).parameters if p != "self"]
+    assert "float16, bfloat16" in " ".join(fwd.split()) and "Returns:" in fwd and "``out``" not in fwd.split("Returns:")[1]
+
+
+def test_fill_indents_like_the_placeholder_and_refuses_unknown_names():
+    doc = "Summary.\n\n    Args:\n        %(cval)s\n        x: y.\n\n    %(matches)s\n"
+    out = _docs.fill(doc, scipy="scipy.ndimage.f(x)")
+    lines = out.split("\n")
+    i = lines.index("        " + _docs.DOCS["cval"].split("\n")[0])
+    assert lines[i + 1].startswith("            ") and not lines[i + 1].startswith("             ")
+    assert "    SciPy: on each ``(H, W)`` slice ``x`` of ``input``, the same as\n    scipy.ndimage.f(x)\n" in out
+    assert "%(" not in out
+    with pytest.raises(KeyError, match="nope"):
+        _docs.fill("%(nope)s")
+    assert _docs.fill(None) is None
+
+
+def test_docs_module_examples_run():
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    runner = doctest.DocTestRunner()
+    for t in finder.find(_docs, "torchfilters._docs"):
+        runner.run(t)
+    assert runner.summarize(verbose=False).failed == 0
 
 
 # ------------------------------------------------------------------ dead code
