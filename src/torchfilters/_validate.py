@@ -174,13 +174,13 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 def _real(value, name: str) -> float:
     """A real number (NumPy floating and integer scalars too) or a one-element real tensor;
     never a bool (Python's or NumPy's, or a bool tensor)."""
-    what = type_name(value)
+    given = value
     if isinstance(value, torch.Tensor) and value.numel() == 1:
-        what = f"a tensor of dtype {value.dtype}"
         value = tensor_values(value, name)
         while isinstance(value, list):
             (value,) = value
     if isinstance(value, bool) or not isinstance(value, Real):
+        what = f"a tensor of dtype {given.dtype}" if isinstance(given, torch.Tensor) else type_name(given)
         raise TypeError(f"{name} must be a real number; got {what}")
     return float(value)
 
