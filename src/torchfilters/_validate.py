@@ -18,6 +18,7 @@ __all__ = [
     "canonical_mode",
     "check_bool",
     "check_dense",
+    "check_has_values",
     "check_input",
     "compute_dtype",
     "tensor_values",
@@ -85,8 +86,8 @@ def check_dense(t: torch.Tensor, name: str, fix: str = "") -> None:
         )
 
 
-def tensor_values(t: torch.Tensor, name: str):
-    """The values of a parameter given as a tensor, as Python numbers (``tolist``), or a clear error.
+def check_has_values(t: torch.Tensor, name: str) -> None:
+    """A tensor whose values are read on the host must be dense and hold values.
 
     Raises:
         TypeError: a sparse, mkldnn or nested tensor.
@@ -98,6 +99,12 @@ def tensor_values(t: torch.Tensor, name: str):
             f"{name} is a meta tensor, which has a shape and a dtype but no values; {name} must hold "
             f"values (a tensor on a real device such as 'cpu', or plain numbers)"
         )
+
+
+def tensor_values(t: torch.Tensor, name: str):
+    """The values of a parameter given as a tensor, as Python numbers (``tolist``), or a clear
+    error (see :func:`check_has_values`)."""
+    check_has_values(t, name)
     return t.detach().cpu().tolist()
 
 
@@ -176,9 +183,8 @@ def _real(value, name: str) -> float:
     never a bool (Python's or NumPy's, or a bool tensor)."""
     given = value
     if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = tensor_values(value, name)
-        while isinstance(value, list):
-            (value,) = value
+        check_has_values(value, name)
+        value = value.item()
     if isinstance(value, bool) or not isinstance(value, Real):
         what = f"a tensor of dtype {given.dtype}" if isinstance(given, torch.Tensor) else type_name(given)
         raise TypeError(f"{name} must be a real number; got {what}")

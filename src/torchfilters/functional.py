@@ -41,11 +41,11 @@ from ._validate import (
     check_bool,
     check_cval,
     check_dense,
+    check_has_values,
     check_input,
     check_out,
     check_real,
     pair,
-    tensor_values,
     type_name,
 )
 from .backends import check_backend, resolve
@@ -201,9 +201,7 @@ def _nested_floats(obj, depth: int, name: str):
 def _weights_tuple(weights, ndim: int, name: str = "weights"):
     """Validate filter weights; return nested tuples of floats (``ndim`` levels)."""
     if isinstance(weights, Tensor):
-        check_dense(weights, name)  # before anything reads its values
-        if weights.is_meta:
-            tensor_values(weights, name)  # raises the ValueError
+        check_has_values(weights, name)  # before anything reads its values
         if weights.requires_grad:
             raise ValueError(
                 f"{name} requires grad, but torchfilters treats filter weights as constants "
@@ -1149,7 +1147,7 @@ def selective_blur(
             )
         if mask.device != x.device:
             if mask.is_meta:
-                tensor_values(mask, "mask")  # the ValueError: no values
+                check_has_values(mask, "mask")  # the ValueError: no values
             raise ValueError(f"mask is on {mask.device} but input is on {x.device}")
         mask = mask.expand(x.shape)
     text = _blur_text(mode, cval, normalized, keep_border, recipe, _signbit(cval))
