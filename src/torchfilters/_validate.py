@@ -10,13 +10,19 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
+import numpy as np
 import torch
 
 __all__ = [
     "MODES",
     "canonical_mode",
+    "check_bool",
+    "check_dense",
+    "check_has_values",
     "check_input",
     "compute_dtype",
+    "tensor_values",
+    "type_name",
 ]
 
 #: SciPy mode names (and SciPy's ``grid-*`` aliases) -> canonical name.
@@ -58,6 +64,57 @@ _FOREIGN_MODES = {
 _ACCEPTED = ", ".join(repr(m) for m in MODES)
 
 
+def type_name(value) -> str:
+    """``type(value).__name__``, with the package for non-builtins (``numpy.bool``, not ``bool``)."""
+    t = type(value)
+    package = t.__module__.partition(".")[0]
+    return t.__name__ if package == "builtins" else f"{package}.{t.__name__}"
+
+
+def check_dense(t: torch.Tensor, name: str, fix: str = "") -> None:
+    """Refuse the tensors no engine can read: sparse, mkldnn and nested ones (``TypeError``)."""
+    if t.is_nested:
+        raise TypeError(
+            f"{name} is a nested tensor, which torchfilters does not filter: filter each of "
+            f"{name}.unbind(), or pad them into one dense tensor (torch.nested.to_padded_tensor)"
+        )
+    if t.layout != torch.strided:
+        kind = "an mkldnn" if t.layout == torch._mkldnn else "a sparse"
+        raise TypeError(
+            f"{name} is {kind} tensor (layout {t.layout}); torchfilters takes dense (strided) tensors "
+            f"only: {fix or f'call {name}.to_dense() first'}"
+        )
+
+
+def check_has_values(t: torch.Tensor, name: str) -> None:
+    """A tensor whose values are read on the host must be dense and hold values.
+
+    Raises:
+        TypeError: a sparse, mkldnn or nested tensor.
+        ValueError: a meta tensor (it has a shape but no values).
+    """
+    check_dense(t, name)
+    if t.is_meta:
+        raise ValueError(
+            f"{name} is a meta tensor, which has a shape and a dtype but no values; {name} must hold "
+            f"values (a tensor on a real device such as 'cpu', or plain numbers)"
+        )
+
+
+def tensor_values(t: torch.Tensor, name: str):
+    """The values of a parameter given as a tensor, as Python numbers (``tolist``), or a clear
+    error (see :func:`check_has_values`)."""
+    check_has_values(t, name)
+    return t.detach().cpu().tolist()
+
+
+def check_bool(value, name: str) -> bool:
+    """A flag: a Python bool or a NumPy bool (as torch accepts); never an int."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool (True or False); got {type_name(value)}")
+    return bool(value)
+
+
 def canonical_mode(mode: str) -> str:
     """Return the canonical SciPy mode for ``mode`` or raise.
 
@@ -89,11 +146,13 @@ def check_input(input, name: str = "input") -> torch.Tensor:
     """Validate an image tensor shaped ``(..., H, W)``; promote integers to float32.
 
     Raises:
-        TypeError: not a tensor, or a bool/complex/unsupported dtype.
+        TypeError: not a tensor, a sparse/mkldnn/nested tensor, or a
+            bool/complex/unsupported dtype.
         ValueError: fewer than 2 dimensions.
     """
     if not isinstance(input, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor shaped (..., H, W); got {type(input).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor shaped (..., H, W); got {type_name(input)}")
+    check_dense(input, name)
     dtype = input.dtype
     if dtype not in _FLOATS:
         if dtype == torch.bool or dtype.is_complex:
@@ -119,30 +178,36 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _real(value, name: str) -> float:
+    """A real number (NumPy floating and integer scalars too) or a one-element real tensor;
+    never a bool (Python's or NumPy's, or a bool tensor)."""
+    given = value
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        check_has_values(value, name)
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, Real):
+        what = f"a tensor of dtype {given.dtype}" if isinstance(given, torch.Tensor) else type_name(given)
+        raise TypeError(f"{name} must be a real number; got {what}")
+    return float(value)
+
+
 def check_cval(cval) -> float:
     """Any real number (NaN and inf too, as in SciPy), or a 1-element real tensor."""
-    if isinstance(cval, torch.Tensor) and cval.numel() == 1 and not (cval.dtype.is_complex or cval.dtype == torch.bool):
-        cval = cval.item()
-    if isinstance(cval, bool) or not isinstance(cval, Real):
-        raise TypeError(f"cval must be a real number; got {type(cval).__name__}")
-    return float(cval)
+    return _real(cval, "cval")
 
 
 def check_real(value, name: str, *, allow_inf: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real):
-        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.dtype.is_complex:
-            value = value.item()
-        else:
-            raise TypeError(f"{name} must be a real number; got {type(value).__name__}")
-    value = float(value)
+    value = _real(value, name)
     if math.isnan(value) or (not allow_inf and math.isinf(value)):
         raise ValueError(f"{name} must be a finite number; got {value}")
     return value
 
 
 def pair(value, name: str):
-    """A scalar or a length-2 sequence -> tuple (for y/H, x/W)."""
+    """A scalar or a length-2 sequence (a tensor or NumPy array too) -> tuple (for y/H, x/W)."""
     if isinstance(value, torch.Tensor):
+        value = tensor_values(value, name)
+    elif isinstance(value, np.ndarray):
         value = value.tolist()
     if isinstance(value, (list, tuple)):
         if len(value) != 2:
@@ -153,7 +218,7 @@ def pair(value, name: str):
 
 def check_axis(axis) -> int:
     if isinstance(axis, bool) or not isinstance(axis, Integral):
-        raise TypeError(f"axis must be an int, -1 (x, W) or -2 (y, H); got {type(axis).__name__}")
+        raise TypeError(f"axis must be an int, -1 (x, W) or -2 (y, H); got {type_name(axis)}")
     axis = int(axis)
     if axis not in (-1, -2):
         raise ValueError(
@@ -167,7 +232,8 @@ def check_out(out, shape, dtype, device, name: str = "out") -> None:
     if out is None:
         return
     if not isinstance(out, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None; got {type(out).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor or None; got {type_name(out)}")
+    check_dense(out, name, "pass a dense tensor (e.g. torch.empty_like(input))")
     if tuple(out.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(out.shape)}; expected {tuple(shape)}")
     if out.dtype != dtype:

@@ -6,27 +6,19 @@ Semantics are ``scipy.ndimage``'s, applied to each ``(H, W)`` slice: the same
 mode names and meanings, any kernel radius on any image size (a radius larger
 than the image and 1x1 images included).
 
-Common arguments:
-
-* ``mode``: ``'reflect'`` (default; ``d c b a | a b c d | d c b a``),
-  ``'mirror'`` (``d c b | a b c d | c b a``), ``'nearest'``
-  (``a a a | a b c d | d d d``), ``'wrap'`` (``a b c d | a b c d | a b c d``)
-  or ``'constant'`` (``k k k | a b c d | k k k`` with ``k = cval``); SciPy's
-  aliases ``'grid-mirror'``, ``'grid-wrap'`` and ``'grid-constant'`` are
-  accepted.  torch/OpenCV names raise ``ValueError`` naming the SciPy mode.
-* ``cval``: the fill value of ``mode='constant'``.
-* dtypes: float16, bfloat16, float32 and float64 are returned in the same
-  dtype and computed in float32 (float64 for float64); integer tensors are
-  promoted to float32 (no wrap-around, unlike SciPy's uint8 output); bool and
-  complex raise ``TypeError``.
-* ``out``: a tensor of the result's shape and dtype to write into; it is
-  returned.  ``out`` is the only in-place path: inputs are never modified.
-  Not differentiable (like ``torch``'s ``out=``).
-* ``backend``: ``None``/``'auto'``, ``'reference'``, ``'cpu'`` or
-  ``'triton'`` (see :mod:`torchfilters.backends`).
-
 Gradients with respect to the input are exact (``gradcheck`` in float64)
 and finite everywhere; filter weights are constants.
+
+Each argument is described once, in :mod:`torchfilters._docs`, and filled
+into every docstring that takes it (SciPy's ``docfiller``).  The ones every
+op shares:
+
+Args:
+    %(input)s
+    %(mode)s
+    %(cval)s
+    %(out)s
+    %(backend)s
 """
 
 from __future__ import annotations
@@ -40,10 +32,25 @@ import torch
 import torch.autograd.forward_ad as _fwad
 from torch import Tensor
 
-from . import _ops, _spec, kernels
+from . import _docs, _ops, _spec, kernels
+from ._docs import docfiller
 from ._spec import BlurSpec, FilterSpec
-from ._validate import canonical_mode, check_axis, check_cval, check_input, check_out, check_real, pair
+from ._validate import (
+    canonical_mode,
+    check_axis,
+    check_bool,
+    check_cval,
+    check_dense,
+    check_has_values,
+    check_input,
+    check_out,
+    check_real,
+    pair,
+    type_name,
+)
 from .backends import check_backend, resolve
+
+__doc__ = _docs.fill(__doc__)
 
 __all__ = [
     "correlate",
@@ -145,7 +152,7 @@ def _gradient_pair(input, operator, mode, cval, normalized, epilogue, out, backe
     """Both derivatives (d/dy, d/dx) of ``operator``, combined by ``epilogue``."""
     x, mode, cval = _prep(input, mode, cval)
     op = kernels.check_operator(operator)
-    n = _check_bool(normalized, "normalized")
+    n = check_bool(normalized, "normalized")
     return _filter(x, mode, cval, epilogue, (("deriv", op, -2, n), ("deriv", op, -1, n)), out, backend)
 
 
@@ -184,16 +191,17 @@ def _nested_floats(obj, depth: int, name: str):
         if hasattr(obj, "__len__") and not isinstance(obj, (str, bytes)):
             raise ValueError(f"{name} has more dimensions than expected")
         if isinstance(obj, bool) or not isinstance(obj, Real):
-            raise TypeError(f"{name} must hold real numbers; got {type(obj).__name__}")
+            raise TypeError(f"{name} must hold real numbers; got {type_name(obj)}")
         return float(obj)
     if isinstance(obj, (str, bytes)) or not hasattr(obj, "__len__"):
-        raise ValueError(f"{name} must be {depth}-D more than it is; got {type(obj).__name__}")
+        raise ValueError(f"{name} must be {depth}-D more than it is; got {type_name(obj)}")
     return tuple(_nested_floats(o, depth - 1, name) for o in obj)
 
 
 def _weights_tuple(weights, ndim: int, name: str = "weights"):
     """Validate filter weights; return nested tuples of floats (``ndim`` levels)."""
     if isinstance(weights, Tensor):
+        check_has_values(weights, name)  # before anything reads its values
         if weights.requires_grad:
             raise ValueError(
                 f"{name} requires grad, but torchfilters treats filter weights as constants "
@@ -209,7 +217,7 @@ def _weights_tuple(weights, ndim: int, name: str = "weights"):
     if isinstance(weights, Real) and not isinstance(weights, bool):
         raise ValueError(f"{name} must be {ndim}-D; got the scalar {weights!r}")
     if not isinstance(weights, (list, tuple)):
-        raise TypeError(f"{name} must be a tensor or a nested sequence of numbers; got {type(weights).__name__}")
+        raise TypeError(f"{name} must be a tensor or a nested sequence of numbers; got {type_name(weights)}")
     try:
         w = _nested_floats(weights, ndim, name)
     except ValueError:
@@ -223,7 +231,7 @@ def _weights_tuple(weights, ndim: int, name: str = "weights"):
 
 def _check_origin(origin, k: int, name: str = "origin") -> int:
     if isinstance(origin, bool) or not isinstance(origin, Integral):
-        raise TypeError(f"{name} must be an int; got {type(origin).__name__}")
+        raise TypeError(f"{name} must be an int; got {type_name(origin)}")
     origin = int(origin)
     if origin < -(k // 2) or origin > (k - 1) // 2:
         raise ValueError(
@@ -258,6 +266,7 @@ def _correlate2d(input, weights, mode, cval, origin, out, backend, flip: bool):
     return _filter(x, mode, cval, "stack", (recipe,), out, backend)
 
 
+@docfiller(scipy="``scipy.ndimage.correlate(x, weights, mode=mode, cval=cval,\norigin=origin)``")
 def correlate(
     input: Tensor,
     weights,
@@ -274,25 +283,26 @@ def correlate(
     with out-of-image samples given by ``mode``.
 
     Args:
-        input: ``(..., H, W)`` tensor (at least 2-D).
-        weights: ``(kh, kw)`` kernel (tensor or nested sequence), the same for
-            every leading index; any size, also larger than the image.
-        mode, cval: boundary handling (see module docs).
-        origin: int or ``(oy, ox)``; shifts the kernel as in SciPy (positive
-            moves it left/up); must satisfy ``-(k//2) <= origin <= (k-1)//2``.
-        out: optional ``(..., H, W)`` result tensor.
-        backend: engine override.
+        %(input)s
+        %(weights2d)s
+        %(mode)s
+        %(cval)s
+        %(origin)s
+        %(out)s
+        %(backend)s
 
     Returns:
-        ``(..., H, W)`` tensor of ``input``'s floating dtype.
+        %(returns)s
 
     Raises:
-        TypeError: bad ``input`` dtype/type or ``weights`` type.
-        ValueError: ``input`` with fewer than 2 dims, ``weights`` not 2-D or
-            empty, unknown ``mode``, invalid ``origin``, mismatched ``out``.
+        TypeError: ``weights`` not a tensor, NumPy array or nested sequence
+            of real numbers (a bool or complex dtype too), or sparse;
+            ``origin`` not an int.
+        ValueError: ``weights`` not 2-D, empty, ragged, requiring grad or a
+            meta tensor; ``origin`` out of range or not an int or pair.
+        %(raises)s
 
-    Equals ``scipy.ndimage.correlate(x, weights, mode=mode, cval=cval,
-    origin=origin)`` on each ``(H, W)`` slice.
+    %(matches)s
 
     Example:
         >>> import torch, torchfilters as tf
@@ -303,6 +313,7 @@ def correlate(
     return _correlate2d(input, weights, mode, cval, origin, out, backend, flip=False)
 
 
+@docfiller(scipy="``scipy.ndimage.convolve(x, weights, mode=mode, cval=cval,\norigin=origin)``")
 def convolve(
     input: Tensor,
     weights,
@@ -315,10 +326,31 @@ def convolve(
 ) -> Tensor:
     """Convolve each ``(H, W)`` slice with a 2-D kernel (the kernel is flipped).
 
-    Same arguments, errors and shapes as :func:`correlate`.  Equals
-    ``scipy.ndimage.convolve(x, weights, mode=mode, cval=cval, origin=origin)``
-    on each ``(H, W)`` slice (kernel flipped on both axes, origin mirrored,
-    even sizes shifted by one as SciPy does).
+    SciPy's definition: the kernel is flipped on both axes and ``origin``
+    mirrored (even sizes shifted by one, as SciPy does), then correlated as
+    in :func:`correlate`.
+
+    Args:
+        %(input)s
+        %(weights2d)s
+        %(mode)s
+        %(cval)s
+        %(origin)s
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``weights`` not a tensor, NumPy array or nested sequence
+            of real numbers (a bool or complex dtype too), or sparse;
+            ``origin`` not an int.
+        ValueError: ``weights`` not 2-D, empty, ragged, requiring grad or a
+            meta tensor; ``origin`` out of range or not an int or pair.
+        %(raises)s
+
+    %(matches)s
 
     Example:
         >>> import torch, torchfilters as tf
@@ -334,7 +366,7 @@ def _correlate1d(input, weights, axis, mode, cval, origin, out, backend, flip: b
     axis = check_axis(axis)
     w = _weights_tuple(weights, 1)
     if isinstance(origin, bool) or not isinstance(origin, Integral):
-        raise TypeError(f"origin must be an int; got {type(origin).__name__}")
+        raise TypeError(f"origin must be an int; got {type_name(origin)}")
     origin = int(origin)
     if flip:  # scipy.ndimage.convolve1d
         w = w[::-1]
@@ -347,6 +379,7 @@ def _correlate1d(input, weights, axis, mode, cval, origin, out, backend, flip: b
     return _filter(x, mode, cval, "stack", (recipe,), out, backend)
 
 
+@docfiller(scipy="``scipy.ndimage.correlate1d(x, weights, axis, mode=mode,\ncval=cval, origin=origin)``")
 def correlate1d(
     input: Tensor,
     weights,
@@ -360,11 +393,30 @@ def correlate1d(
 ) -> Tensor:
     """Correlate along one axis (``-1``: x/W, ``-2``: y/H) with 1-D ``weights``.
 
-    Returns ``(..., H, W)``.  Raises ``ValueError`` for an ``axis`` other than
-    -1/-2, non-1-D or empty ``weights``, unknown ``mode`` or invalid
-    ``origin``; ``TypeError`` for bad dtypes.  Equals
-    ``scipy.ndimage.correlate1d(x, weights, axis, mode=mode, cval=cval,
-    origin=origin)``.
+    ``y[..., i] = sum_a weights[a] * x[..., i + a - k//2 - origin]`` along
+    ``axis``, with out-of-image samples given by ``mode``.
+
+    Args:
+        %(input)s
+        %(weights1d)s
+        %(axis)s
+        %(mode)s
+        %(cval)s
+        %(origin1d)s
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``weights`` not a tensor, NumPy array or sequence of real
+            numbers, or sparse; ``axis`` or ``origin`` not an int.
+        ValueError: ``axis`` other than -1/-2; ``weights`` not 1-D, empty,
+            requiring grad or a meta tensor; ``origin`` out of range.
+        %(raises)s
+
+    %(matches)s
 
     Example:
         >>> import torch, torchfilters as tf
@@ -375,6 +427,7 @@ def correlate1d(
     return _correlate1d(input, weights, axis, mode, cval, origin, out, backend, flip=False)
 
 
+@docfiller(scipy="``scipy.ndimage.convolve1d(x, weights, axis, mode=mode,\ncval=cval, origin=origin)``")
 def convolve1d(
     input: Tensor,
     weights,
@@ -388,9 +441,30 @@ def convolve1d(
 ) -> Tensor:
     """Convolve along one axis with 1-D ``weights`` (flipped).
 
-    Same arguments and errors as :func:`correlate1d`.  Equals
-    ``scipy.ndimage.convolve1d(x, weights, axis, mode=mode, cval=cval,
-    origin=origin)``.
+    SciPy's definition: ``weights`` reversed and ``origin`` mirrored (even
+    lengths shifted by one), then correlated as in :func:`correlate1d`.
+
+    Args:
+        %(input)s
+        %(weights1d)s
+        %(axis)s
+        %(mode)s
+        %(cval)s
+        %(origin1d)s
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``weights`` not a tensor, NumPy array or sequence of real
+            numbers, or sparse; ``axis`` or ``origin`` not an int.
+        ValueError: ``axis`` other than -1/-2; ``weights`` not 1-D, empty,
+            requiring grad or a meta tensor; ``origin`` out of range.
+        %(raises)s
+
+    %(matches)s
 
     Example:
         >>> import torch, torchfilters as tf
@@ -405,7 +479,7 @@ def convolve1d(
 
 
 def _derivative_stencil(operator: str, axis: int, normalized: bool):
-    deriv, smooth = kernels.derivative_weights(operator, False)
+    deriv, smooth = kernels.derivative_weights(operator)
     passes = [[axis, -(len(deriv) // 2), deriv]]
     if smooth != (1.0,):  # a 1-tap unit pass is the identity in every mode
         passes.append([-1 - (axis + 2), -(len(smooth) // 2), smooth])  # the other axis
@@ -417,12 +491,15 @@ def _derivative_stencil(operator: str, axis: int, normalized: bool):
     return _spec.sep(*passes)
 
 
-def _check_bool(value, name):
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool; got {type(value).__name__}")
-    return value
-
-
+@docfiller(
+    scipy=(
+        "``scipy.ndimage.sobel(x, axis, mode=mode, cval=cval)`` for\n"
+        "``operator='sobel'`` (``prewitt`` likewise) and, for every operator,\n"
+        "``correlate1d(correlate1d(x, [-1, 0, 1], axis, mode=mode, cval=cval),\n"
+        "smooth, other_axis, mode=mode, cval=cval)`` (divided by the divisor\n"
+        "with ``normalized=True``)"
+    ),
+)
 def derivative(
     input: Tensor,
     axis: int = -1,
@@ -436,17 +513,6 @@ def derivative(
 ) -> Tensor:
     """First derivative along ``axis`` (``-1``: d/dx along W; ``-2``: d/dy along H).
 
-    ``operator``:
-
-    ==========  ======================  ======================
-    operator    along ``axis``          across (smoothing)
-    ==========  ======================  ======================
-    central     ``[-1, 0, 1]``          ``[1]``
-    sobel       ``[-1, 0, 1]``          ``[1, 2, 1]``
-    scharr      ``[-1, 0, 1]``          ``[3, 10, 3]``
-    prewitt     ``[-1, 0, 1]``          ``[1, 1, 1]``
-    ==========  ======================  ======================
-
     Positive where intensity grows along the axis; the derivative is taken
     first, then the smoothing (SciPy's order, which matters only for
     ``mode='constant'`` with ``cval != 0``).  Unnormalised by default (equals
@@ -455,17 +521,25 @@ def derivative(
     6 (prewitt) -- so a unit ramp has slope 1.
 
     Args:
-        input: ``(..., H, W)``.
-        axis: -1 or -2.
-        operator: ``'central'``, ``'sobel'``, ``'scharr'`` or ``'prewitt'``.
+        %(input)s
+        %(axis)s
+        %(operator)s
+        %(mode)s
+        %(cval)s
+        %(normalized)s
+        %(out)s
+        %(backend)s
 
     Returns:
-        ``(..., H, W)``.
+        %(returns)s
 
     Raises:
-        ValueError: unknown ``operator``/``mode``, ``axis`` not -1/-2,
-            fewer than 2 dims.
-        TypeError: bool/complex ``input``, non-bool ``normalized``.
+        TypeError: ``operator`` not a str; ``axis`` not an int; ``normalized``
+            not a bool.
+        ValueError: unknown ``operator``; ``axis`` other than -1/-2.
+        %(raises)s
+
+    %(matches)s
 
     Example:
         >>> import torch, torchfilters as tf
@@ -474,10 +548,19 @@ def derivative(
         tensor([[ 1.,  2.,  2.,  1., -1., -2., -2., -1.]])
     """
     x, mode, cval = _prep(input, mode, cval)
-    recipe = ("deriv", kernels.check_operator(operator), check_axis(axis), _check_bool(normalized, "normalized"))
+    recipe = ("deriv", kernels.check_operator(operator), check_axis(axis), check_bool(normalized, "normalized"))
     return _filter(x, mode, cval, "stack", (recipe,), out, backend)
 
 
+@docfiller(
+    out_shape="``(..., 2, H, W)`` (index 0: d/dy, 1: d/dx)",
+    scipy=(
+        "``numpy.stack([scipy.ndimage.sobel(x, 0, mode=mode, cval=cval),\n"
+        "scipy.ndimage.sobel(x, 1, mode=mode, cval=cval)])`` for\n"
+        "``operator='sobel'`` (the two derivatives of :func:`derivative` for\n"
+        "every operator)"
+    ),
+)
 def gradient(
     input: Tensor,
     *,
@@ -490,7 +573,27 @@ def gradient(
 ) -> Tensor:
     """Both derivatives, stacked: returns ``(..., 2, H, W)`` with index 0 = d/dy, 1 = d/dx.
 
-    Same operators, arguments and errors as :func:`derivative`; one fused pass.
+    The two derivatives of :func:`derivative` (``axis=-2`` and ``axis=-1``)
+    in one fused pass.
+
+    Args:
+        %(input)s
+        %(operator)s
+        %(mode)s
+        %(cval)s
+        %(normalized)s
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``operator`` not a str; ``normalized`` not a bool.
+        ValueError: unknown ``operator``.
+        %(raises)s
+
+    %(matches)s
 
     Example:
         >>> import torch, torchfilters as tf
@@ -501,6 +604,14 @@ def gradient(
     return _gradient_pair(input, operator, mode, cval, normalized, "stack", out, backend)
 
 
+@docfiller(
+    scipy=(
+        "``scipy.ndimage.generic_gradient_magnitude(x, scipy.ndimage.sobel,\n"
+        "mode=mode, cval=cval)`` for ``operator='sobel'`` (``prewitt``\n"
+        "likewise; ``numpy.hypot`` of the two derivatives of :func:`derivative`\n"
+        "for every operator)"
+    ),
+)
 def gradient_magnitude(
     input: Tensor,
     *,
@@ -518,12 +629,24 @@ def gradient_magnitude(
     and **0 where** ``|g| = 0`` (plain autograd of ``sqrt`` gives NaN on flat
     regions).
 
-    With ``operator='sobel'`` this equals
-    ``scipy.ndimage.generic_gradient_magnitude(x, scipy.ndimage.sobel)`` per
-    ``(H, W)`` slice.  Same arguments and errors as :func:`derivative`.
+    Args:
+        %(input)s
+        %(operator)s
+        %(mode)s
+        %(cval)s
+        %(normalized)s
+        %(out)s
+        %(backend)s
 
     Returns:
-        ``(..., H, W)``.
+        %(returns)s
+
+    Raises:
+        TypeError: ``operator`` not a str; ``normalized`` not a bool.
+        ValueError: unknown ``operator``.
+        %(raises)s
+
+    %(matches)s
 
     Example:
         >>> import torch, torchfilters as tf
@@ -536,6 +659,14 @@ def gradient_magnitude(
     return _gradient_pair(input, operator, mode, cval, normalized, "magnitude", out, backend)
 
 
+@docfiller(
+    scipy=(
+        "``numpy.arctan2(scipy.ndimage.sobel(x, 0, mode=mode, cval=cval),\n"
+        "scipy.ndimage.sobel(x, 1, mode=mode, cval=cval))`` for\n"
+        "``operator='sobel'`` (the two derivatives of :func:`derivative` for\n"
+        "every operator)"
+    ),
+)
 def gradient_direction(
     input: Tensor,
     *,
@@ -550,10 +681,25 @@ def gradient_direction(
     The y axis points down (rows grow downwards), so a ramp increasing with
     the row index gives ``+pi/2``.  Where both derivatives are 0 the value is
     ``atan2(0, 0)`` (0, or +-pi for signed zeros, as :func:`torch.atan2`) and
-    the gradient is 0.  Same arguments and errors as :func:`derivative`.
+    the gradient is 0.  There is no ``normalized``: the divisor cancels.
+
+    Args:
+        %(input)s
+        %(operator)s
+        %(mode)s
+        %(cval)s
+        %(out)s
+        %(backend)s
 
     Returns:
-        ``(..., H, W)``.
+        %(returns)s
+
+    Raises:
+        TypeError: ``operator`` not a str.
+        ValueError: unknown ``operator``.
+        %(raises)s
+
+    %(matches)s
 
     Example:
         >>> import torch, torchfilters as tf
@@ -581,39 +727,106 @@ def _named_operator(operator: str):
 
 
 sobel = _named_operator("sobel")
-sobel.__doc__ = """Sobel derivative along ``axis``: ``[-1, 0, 1]`` along it, ``[1, 2, 1]`` across.
+sobel.__doc__ = _docs.fill(
+    """Sobel derivative along ``axis``: ``[-1, 0, 1]`` along it, ``[1, 2, 1]`` across.
 
-Equals ``scipy.ndimage.sobel(x, axis=axis, mode=mode, cval=cval)`` per
-``(H, W)`` slice.  ``(..., H, W)`` in and out; errors as :func:`derivative`.
+    :func:`derivative` with ``operator='sobel'``, unnormalised (pass
+    ``normalized=True`` there to divide by 8).
 
-Example:
-    >>> import torch, torchfilters as tf
-    >>> tf.sobel(torch.arange(5.0).repeat(5, 1))[0]
-    tensor([4., 8., 8., 8., 4.])
-"""
+    Args:
+        %(input)s
+        %(axis)s
+        %(mode)s
+        %(cval)s
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``axis`` not an int.
+        ValueError: ``axis`` other than -1/-2.
+        %(raises)s
+
+    %(matches)s
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> tf.sobel(torch.arange(5.0).repeat(5, 1))[0]
+        tensor([4., 8., 8., 8., 4.])
+    """,
+    scipy="``scipy.ndimage.sobel(x, axis=axis, mode=mode, cval=cval)``",
+)
 prewitt = _named_operator("prewitt")
-prewitt.__doc__ = """Prewitt derivative along ``axis``: ``[-1, 0, 1]`` along it, ``[1, 1, 1]`` across.
+prewitt.__doc__ = _docs.fill(
+    """Prewitt derivative along ``axis``: ``[-1, 0, 1]`` along it, ``[1, 1, 1]`` across.
 
-Equals ``scipy.ndimage.prewitt(x, axis=axis, mode=mode, cval=cval)`` per
-``(H, W)`` slice.  ``(..., H, W)`` in and out; errors as :func:`derivative`.
+    :func:`derivative` with ``operator='prewitt'``, unnormalised (pass
+    ``normalized=True`` there to divide by 6).
 
-Example:
-    >>> import torch, torchfilters as tf
-    >>> tf.prewitt(torch.arange(5.0).repeat(5, 1))[0]
-    tensor([3., 6., 6., 6., 3.])
-"""
+    Args:
+        %(input)s
+        %(axis)s
+        %(mode)s
+        %(cval)s
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``axis`` not an int.
+        ValueError: ``axis`` other than -1/-2.
+        %(raises)s
+
+    %(matches)s
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> tf.prewitt(torch.arange(5.0).repeat(5, 1))[0]
+        tensor([3., 6., 6., 6., 3.])
+    """,
+    scipy="``scipy.ndimage.prewitt(x, axis=axis, mode=mode, cval=cval)``",
+)
 scharr = _named_operator("scharr")
-scharr.__doc__ = """Scharr derivative along ``axis``: ``[-1, 0, 1]`` along it, ``[3, 10, 3]`` across.
+scharr.__doc__ = _docs.fill(
+    """Scharr derivative along ``axis``: ``[-1, 0, 1]`` along it, ``[3, 10, 3]`` across.
 
-The unnormalised Scharr operator (Scharr 2000; as OpenCV's ``Scharr``, but
-with SciPy's boundary modes).  ``(..., H, W)`` in and out; errors as
-:func:`derivative`.
+    The unnormalised Scharr operator (Scharr 2000; as OpenCV's ``Scharr``, but
+    with SciPy's boundary modes): :func:`derivative` with
+    ``operator='scharr'`` (pass ``normalized=True`` there to divide by 32).
 
-Example:
-    >>> import torch, torchfilters as tf
-    >>> tf.scharr(torch.arange(5.0).repeat(5, 1))[0]
-    tensor([16., 32., 32., 32., 16.])
-"""
+    Args:
+        %(input)s
+        %(axis)s
+        %(mode)s
+        %(cval)s
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``axis`` not an int.
+        ValueError: ``axis`` other than -1/-2.
+        %(raises)s
+
+    %(matches)s
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> tf.scharr(torch.arange(5.0).repeat(5, 1))[0]
+        tensor([16., 32., 32., 32., 16.])
+    """,
+    scipy=(
+        "``scipy.ndimage.correlate1d(scipy.ndimage.correlate1d(x, [-1, 0, 1],\n"
+        "axis, mode=mode, cval=cval), [3, 10, 3], other_axis, mode=mode,\n"
+        "cval=cval)`` (SciPy has no ``scharr``)"
+    ),
+)
 
 
 # -------------------------------------------------------------------- Gaussian
@@ -675,6 +888,13 @@ def _gaussian_stencil(sigmas, orders, radii):
     return _spec.sep(*passes)
 
 
+@docfiller(
+    scipy=(
+        "``scipy.ndimage.gaussian_filter(x, sigma, order=order, mode=mode,\n"
+        "cval=cval, truncate=truncate, radius=radius)``; on the whole\n"
+        "``(..., H, W)`` array, ``axes=(-2, -1)``"
+    ),
+)
 def gaussian_filter(
     input: Tensor,
     sigma: Union[Number, Sequence[Number]],
@@ -689,26 +909,36 @@ def gaussian_filter(
 ) -> Tensor:
     """Gaussian filter of each ``(H, W)`` slice: two 1-D passes, along H then W.
 
+    The kernel is SciPy's, normalised to sum 1 (order 0), of ``2 * radius +
+    1`` taps per axis.
+
     Args:
-        input: ``(..., H, W)``.
-        sigma: standard deviation in pixels, scalar or ``(sigma_y, sigma_x)``;
-            an axis with sigma 0 is not filtered, and ``sigma=0`` returns a
-            copy of the input.
-        order: 0 (smooth), 1 or 2 (derivative of the Gaussian), per axis or
-            a pair; the kernel is SciPy's.
-        truncate: kernel radius in sigmas: ``radius = int(truncate*sigma + 0.5)``.
-        radius: explicit radius (int or pair); overrides ``truncate``.
+        %(input)s
+        %(sigma)s
+            ``sigma=0`` on both axes returns a copy of the input.
+        %(order)s
+        %(mode)s
+        %(cval)s
+        %(truncate)s
+        %(radius)s
+        %(out)s
+        %(backend)s
 
     Returns:
-        ``(..., H, W)``.
+        %(returns)s
 
     Raises:
-        ValueError: negative, NaN or infinite ``sigma``; negative
-            ``order``/``truncate``/``radius``; unknown ``mode``.
-        TypeError: bad dtypes; non-int ``order``.
+        TypeError: ``sigma`` or ``truncate`` not a real number (a bool
+            too); ``radius`` not an int.
+        ValueError: negative, NaN or infinite ``sigma``; ``sigma`` or
+            ``radius`` neither a scalar nor a pair; negative ``radius``;
+            negative, NaN or infinite ``truncate``; a kernel radius beyond
+            2**20.
+        TypeError: ``order`` not an int or a pair of ints.
+        ValueError: negative ``order``, or neither a scalar nor a pair.
+        %(raises)s
 
-    Equals ``scipy.ndimage.gaussian_filter(x, sigma, order=order, mode=mode,
-    cval=cval, truncate=truncate, radius=radius, axes=(-2, -1))``.
+    %(matches)s
 
     Example:
         >>> import torch, torchfilters as tf
@@ -731,6 +961,12 @@ def gaussian_filter(
     return _filter(x, mode, cval, "stack", (recipe,), out, backend)
 
 
+@docfiller(
+    scipy=(
+        "``scipy.ndimage.gaussian_gradient_magnitude(x, sigma, mode=mode,\n"
+        "cval=cval, truncate=truncate, radius=radius)``"
+    ),
+)
 def gaussian_gradient_magnitude(
     input: Tensor,
     sigma: Union[Number, Sequence[Number]],
@@ -745,9 +981,32 @@ def gaussian_gradient_magnitude(
     """Gradient magnitude with Gaussian derivatives, in one fused pass.
 
     ``sqrt(gaussian_filter(x, sigma, order=(1, 0))**2 + gaussian_filter(x,
-    sigma, order=(0, 1))**2)``; gradient 0 where the magnitude is 0.  Equals
-    ``scipy.ndimage.gaussian_gradient_magnitude(x, sigma, axes=(-2, -1),
-    ...)``.  Arguments and errors as :func:`gaussian_filter`.
+    sigma, order=(0, 1))**2)``; its gradient is 0 where the magnitude is 0
+    (never NaN).
+
+    Args:
+        %(input)s
+        %(sigma)s
+        %(mode)s
+        %(cval)s
+        %(truncate)s
+        %(radius)s
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``sigma`` or ``truncate`` not a real number (a bool
+            too); ``radius`` not an int.
+        ValueError: negative, NaN or infinite ``sigma``; ``sigma`` or
+            ``radius`` neither a scalar nor a pair; negative ``radius``;
+            negative, NaN or infinite ``truncate``; a kernel radius beyond
+            2**20.
+        %(raises)s
+
+    %(matches)s
 
     Example:
         >>> import torch, torchfilters as tf
@@ -765,6 +1024,17 @@ def gaussian_gradient_magnitude(
 # -------------------------------------------------------------- selective blur
 
 
+@docfiller(
+    scipy=(
+        "``numpy.where(m, blur(x), x)`` (blend) or\n"
+        "``numpy.where(m & (den > 0), blur(m * x) / den, x)`` with ``den = blur(m)``,\n"
+        "both blurred with ``cval=0`` (normalized), where ``blur`` is\n"
+        "``scipy.ndimage.correlate(., weights, mode=mode, cval=cval)`` (the\n"
+        "binomial by default) or ``scipy.ndimage.gaussian_filter(., sigma,\n"
+        "mode=mode, cval=cval, truncate=truncate)``; with ``keep_border`` only\n"
+        "the pixels inside the band are written"
+    ),
+)
 def selective_blur(
     input: Tensor,
     threshold: float = 0.0,
@@ -803,19 +1073,38 @@ def selective_blur(
     radius).
 
     Args:
-        input: ``(..., H, W)``.
-        threshold: pixels ``>= threshold`` are blurred (NaN pixels never are).
-        mask: optional bool tensor broadcastable to ``input``.
-        sigma / weights: the kernel (at most one of them).
+        %(input)s
+        %(threshold)s
+        %(mask)s
+        %(sigma)s
+            Default None (the kernel is ``weights``, or the binomial);
+            ``sigma=0`` keeps every pixel.
+        %(blur_weights)s
+        %(blur_normalized)s
+        %(keep_border)s
+        %(mode)s
+            With ``normalized=True`` the mask is extended by ``mode`` too,
+            and ``'constant'`` counts nothing outside the image as masked.
+        %(cval)s
+        %(truncate)s
+        %(out)s
+        %(backend)s
 
     Returns:
-        ``(..., H, W)``.
+        %(returns)s
 
     Raises:
-        ValueError: both ``sigma`` and ``weights``; ``mask`` not broadcastable;
-            NaN ``threshold``; negative weights with ``normalized=True``;
-            bad ``sigma``/``mode``.
-        TypeError: non-bool ``mask``; bool/complex ``input``.
+        TypeError: ``mask`` not a bool tensor, or sparse; ``threshold`` or
+            ``sigma`` not a real number; ``weights`` of a bad type;
+            ``normalized``/``keep_border`` not a bool.
+        ValueError: both ``sigma`` and ``weights``; ``mask`` not broadcastable
+            to ``input``, on another device or a meta tensor; NaN
+            ``threshold``; negative ``weights`` with ``normalized=True``; bad
+            ``sigma``/``truncate`` (as :func:`gaussian_filter`) or ``weights``
+            (as :func:`correlate`).
+        %(raises)s
+
+    %(matches)s
 
     Example (the GAN case):
         >>> import torch, torchfilters as tf
@@ -827,8 +1116,8 @@ def selective_blur(
     """
     x, mode, cval = _prep(input, mode, cval)
     threshold = check_real(threshold, "threshold")
-    normalized = _check_bool(normalized, "normalized")
-    keep_border = _check_bool(keep_border, "keep_border")
+    normalized = check_bool(normalized, "normalized")
+    keep_border = check_bool(keep_border, "keep_border")
     if sigma is not None and weights is not None:
         raise ValueError("give at most one of sigma and weights")
     if weights is not None:
@@ -844,7 +1133,8 @@ def selective_blur(
         recipe = ("binomial",)
     if mask is not None:
         if not isinstance(mask, Tensor):
-            raise TypeError(f"mask must be a bool torch.Tensor; got {type(mask).__name__}")
+            raise TypeError(f"mask must be a bool torch.Tensor; got {type_name(mask)}")
+        check_dense(mask, "mask")
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must have dtype torch.bool; got {mask.dtype} (use mask.bool() or mask != 0)")
         try:
@@ -856,6 +1146,8 @@ def selective_blur(
                 f"mask of shape {tuple(mask.shape)} does not broadcast to input of shape {tuple(x.shape)}"
             )
         if mask.device != x.device:
+            if mask.is_meta:
+                check_has_values(mask, "mask")  # the ValueError: no values
             raise ValueError(f"mask is on {mask.device} but input is on {x.device}")
         mask = mask.expand(x.shape)
     text = _blur_text(mode, cval, normalized, keep_border, recipe, _signbit(cval))

@@ -15,8 +15,6 @@ Sources:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 __all__ = [
@@ -24,7 +22,6 @@ __all__ = [
     "derivative_weights",
     "gaussian_kernel1d",
     "gaussian_radius",
-    "BINOMIAL_3x3",
 ]
 
 _DERIV = (-1.0, 0.0, 1.0)
@@ -37,10 +34,6 @@ OPERATORS = {
     "prewitt": (_DERIV, (1.0, 1.0, 1.0)),
 }
 
-#: The default selective-blur kernel ``[1,2,1]^T [1,2,1] / 16``.
-BINOMIAL_3x3 = tuple(tuple(a * b / 16.0 for b in (1.0, 2.0, 1.0)) for a in (1.0, 2.0, 1.0))
-
-
 def check_operator(operator: str) -> str:
     if not isinstance(operator, str):
         raise TypeError(f"operator must be a str, one of {sorted(OPERATORS)}; got {type(operator).__name__}")
@@ -49,18 +42,14 @@ def check_operator(operator: str) -> str:
     return operator
 
 
-def derivative_weights(operator: str, normalized: bool = False):
-    """Return ``(deriv, smooth)`` correlation taps for ``operator``.
+def derivative_weights(operator: str):
+    """Return the unnormalised ``(deriv, smooth)`` correlation taps of ``operator``.
 
-    With ``normalized=True`` the derivative taps are divided by
-    ``sum(|deriv|) * sum(smooth)`` (2 for central, 8 for sobel, 32 for scharr,
-    6 for prewitt), so that the unit ramp ``f[i, j] = j`` has slope 1.
+    ``normalized=True`` in :mod:`torchfilters.functional` divides the result
+    by ``sum(|deriv|) * sum(smooth)`` (its ``_derivative_stencil`` scales the
+    last pass, so that ``mode='constant'``'s ``cval`` padding is divided too).
     """
-    deriv, smooth = OPERATORS[check_operator(operator)]
-    if normalized:
-        div = sum(abs(d) for d in deriv) * sum(smooth)
-        deriv = tuple(d / div for d in deriv)
-    return deriv, smooth
+    return OPERATORS[check_operator(operator)]
 
 
 def gaussian_radius(sigma: float, truncate: float) -> int:
@@ -95,7 +84,3 @@ def gaussian_kernel1d(sigma: float, order: int, radius: int):
         k = q * phi
     k = k[::-1]  # SciPy correlates with the reversed kernel
     return tuple(float(v) for v in k)
-
-
-def is_finite_positive(v) -> bool:
-    return math.isfinite(v) and v > 0

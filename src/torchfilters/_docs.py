@@ -1,0 +1,318 @@
+"""Docstring paragraphs shared by every op, and the decorator that fills them in.
+
+SciPy's ``docfiller`` idea (``scipy/ndimage/_ni_docstrings.py``): each
+argument is described once, here, and every docstring that takes it says
+``%(mode)s`` where the paragraph goes.  :func:`fill` replaces each
+``%(name)s`` with ``DOCS[name]`` (or a keyword given to it), indenting every
+line after the first like the placeholder's line, so a paragraph lands as one
+Google-style ``Args:`` item wherever it is placed.  Paragraphs may hold
+placeholders themselves (``%(returns)s`` holds ``%(out_shape)s``); an op
+passes the values that differ per op as keywords, e.g. the SciPy call its
+``%(matches)s`` line names::
+
+    @docfiller(scipy="``scipy.ndimage.sobel(x, axis, mode=mode, cval=cval)``")
+    def sobel(...):
+        '''...
+
+        Args:
+            %(input)s
+            %(mode)s
+        ...
+        %(matches)s
+        '''
+
+Only ``%(word)s`` is special (no ``%`` escaping as with ``str %``); an
+unknown name raises ``KeyError`` when the module is imported, so a typo
+cannot ship.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Dict, Optional
+
+__all__ = ["DOCS", "docfiller", "fill"]
+
+_input = """\
+input: the images, a tensor shaped ``(..., H, W)`` (at least 2-D): ``H``
+    is axis -2 (y, rows, growing downwards), ``W`` axis -1 (x, columns);
+    every leading index is an independent image.  Any device.  float16,
+    bfloat16, float32 and float64 come back in the same dtype, computed
+    in float32 (float64 for float64); integer dtypes (uint8, int16, ...)
+    are promoted to float32 (they never wrap around as SciPy's uint8
+    output does).  bool, complex and float8 dtypes raise ``TypeError``,
+    and so do sparse, mkldnn and nested tensors (call
+    ``input.to_dense()``): only dense (strided) tensors, of any strides.
+    Never modified."""
+
+_mode = """\
+mode: how ``input`` is extended beyond its edges; SciPy's names and
+    meanings (not ``torch.nn.functional.pad``'s).  For the row
+    ``a b c d``, the samples a filter sees past each edge:
+
+    =================  ===============================  =================
+    mode               extension of ``a b c d``         torch ``F.pad``
+    =================  ===============================  =================
+    ``'reflect'``      ``d c b a | a b c d | d c b a``  none
+    ``'mirror'``       ``d c b | a b c d | c b a``      ``'reflect'``
+    ``'nearest'``      ``a a a | a b c d | d d d``      ``'replicate'``
+    ``'wrap'``         ``a b c d | a b c d | a b c d``  ``'circular'``
+    ``'constant'``     ``k k k k | a b c d | k k k k``  ``'constant'``
+    =================  ===============================  =================
+
+    ``'reflect'`` (the default, as in SciPy) repeats the edge sample
+    (half-sample symmetric; OpenCV ``BORDER_REFLECT``).  ``'mirror'``
+    does not (whole-sample symmetric; OpenCV ``BORDER_REFLECT_101``, and
+    what torch calls ``'reflect'``).  ``'nearest'`` repeats the edge
+    sample (OpenCV ``BORDER_REPLICATE``), ``'wrap'`` is periodic
+    (``BORDER_WRAP``), ``'constant'`` fills with ``k = cval``
+    (``BORDER_CONSTANT``).  SciPy's aliases are accepted:
+    ``'grid-mirror'`` (= ``'reflect'``), ``'grid-wrap'`` (= ``'wrap'``)
+    and ``'grid-constant'`` (= ``'constant'``).  Names are
+    case-sensitive, as in SciPy; a torch, NumPy or OpenCV name
+    (``'replicate'``, ``'circular'``, ``'symmetric'``,
+    ``'BORDER_REFLECT_101'``, ...) raises ``ValueError`` naming the
+    SciPy mode to use.  Every mode works for any kernel radius on any
+    image size, a radius larger than the image and 1x1 images included
+    (SciPy keeps reflecting where ``F.pad`` refuses)."""
+
+_cval = """\
+cval: the value of every sample beyond the edges with
+    ``mode='constant'`` (or ``'grid-constant'``); the other modes ignore
+    it.  A real number (NumPy scalars too; NaN and inf as in SciPy) or a
+    one-element real tensor; not a bool.  Default 0.0."""
+
+_origin = """\
+origin: shifts the kernel, an int or an ``(oy, ox)`` pair (NumPy
+    integers too): along an axis of kernel size ``k`` the tap
+    ``k // 2 + origin`` sits on the output pixel, so a positive origin
+    moves the kernel left/up, as in SciPy.
+    ``-(k // 2) <= origin <= (k - 1) // 2``. Default 0."""
+
+_origin1d = """\
+origin: shifts the kernel, an int (NumPy integers too): the tap
+    ``k // 2 + origin`` of the ``k`` taps sits on the output pixel, so a
+    positive origin moves the kernel left/up, as in SciPy.
+    ``-(k // 2) <= origin <= (k - 1) // 2``.  Default 0."""
+
+_axis = """\
+axis: the axis to differentiate or filter along: -1 (x, along ``W``; the
+    default) or -2 (y, along ``H``); an int (NumPy integers too).  The
+    ops act on the last two axes only, so negative indices keep leading
+    batch axes out of the way."""
+
+_weights2d = """\
+weights: the ``(kh, kw)`` kernel, the same for every leading index, of
+    any size (larger than the image too): a real tensor on any device, a
+    NumPy array or a nested sequence of real numbers.  Its values are
+    read once, as constants: gradients flow to ``input`` only, so a
+    tensor that requires grad raises ``ValueError`` (pass
+    ``weights.detach()``), as does a meta tensor (it holds no values); a
+    sparse tensor raises ``TypeError`` (call ``weights.to_dense()``).
+    Weights with ``|w| <= DBL_EPSILON`` are left out of the footprint,
+    as in SciPy."""
+
+_weights1d = """\
+weights: the 1-D kernel of ``k`` taps, of any length (longer than the
+    image too): a real tensor on any device, a NumPy array or a sequence
+    of real numbers.  Its values are read once, as constants: gradients
+    flow to ``input`` only, so a tensor that requires grad raises
+    ``ValueError`` (pass ``weights.detach()``), as does a meta tensor
+    (it holds no values); a sparse tensor raises ``TypeError``."""
+
+_operator = """\
+operator: the derivative stencil: ``[-1, 0, 1]`` along the axis, then a
+    smoothing across it (correlation taps, SciPy's order of the passes):
+
+    ===============  ================  ==============================
+    operator         across the axis   as
+    ===============  ================  ==============================
+    ``'central'``    ``[1]`` (none)    ``2 * numpy.gradient`` inside
+    ``'sobel'``      ``[1, 2, 1]``     ``scipy.ndimage.sobel``
+    ``'scharr'``     ``[3, 10, 3]``    OpenCV ``Scharr`` (2000)
+    ``'prewitt'``    ``[1, 1, 1]``     ``scipy.ndimage.prewitt``
+    ===============  ================  ==============================
+
+    Positive where intensity grows along the axis.  Default
+    ``'central'``."""
+
+_normalized = """\
+normalized: ``False`` (default) keeps the integer weights above, as
+    SciPy's ``sobel``/``prewitt``; ``True`` divides the result by
+    exactly ``sum(|deriv|) * sum(smooth)``: 2 (central), 8 (sobel), 32
+    (scharr), 6 (prewitt), so the unit ramp ``f[i, j] = j`` has slope 1.
+    The result is divided, so with ``mode='constant'`` the ``cval``
+    padding is too (normalized = unnormalised / divisor).  A bool
+    (``numpy.bool_`` too)."""
+
+_sigma = """\
+sigma: the Gaussian's standard deviation in pixels, a number or a
+    ``(sigma_y, sigma_x)`` pair (sequence, NumPy array or tensor of
+    two); finite and ``>= 0``.  An axis whose sigma is 0 (below 1e-15)
+    is not filtered, as in SciPy."""
+
+_order = """\
+order: 0 (smooth), 1 or 2 (first or second derivative of the Gaussian),
+    an int or a ``(order_y, order_x)`` pair; SciPy's kernels.  Default
+    0."""
+
+_truncate = """\
+truncate: the kernel radius in sigmas:
+    ``radius = int(truncate * sigma + 0.5)`` per axis (SciPy's rule),
+    ``2 * radius + 1`` taps; finite and ``>= 0``.  Default 4.0."""
+
+_radius = """\
+radius: an explicit kernel radius in pixels, a non-negative int or a
+    ``(radius_y, radius_x)`` pair (at most 2**20); overrides
+    ``truncate``.  Default None (from ``truncate``)."""
+
+_threshold = """\
+threshold: the pixels ``input >= threshold`` are blurred (NaN pixels
+    never are); a real number, not NaN.  Ignored when ``mask`` is given.
+    Default 0.0."""
+
+_mask = """\
+mask: optional bool tensor broadcastable to ``input``, on its device (a
+    dense tensor): the pixels to blur, instead of ``threshold``.  It
+    carries no gradient."""
+
+_blur_weights = """\
+weights: the blur kernel, 2-D and centred (a real tensor, NumPy array or
+    nested sequence; read once, as constants, as in
+    :func:`torchfilters.correlate`); non-negative with
+    ``normalized=True``.  At most one of ``sigma`` and ``weights``;
+    neither gives the 3x3 binomial ``[1, 2, 1]^T [1, 2, 1] / 16``."""
+
+_blur_normalized = """\
+normalized: ``False`` (default): blend, ``y = where(m, blur(x), x)``;
+    ``True``: inside the mask the weighted mean over the masked
+    neighbours only, ``blur(m * x) / blur(m)`` (pixels with no masked
+    neighbour are kept).  A bool (``numpy.bool_`` too)."""
+
+_keep_border = """\
+keep_border: ``True`` leaves untouched every pixel whose kernel
+    footprint leaves the image (a band of the kernel radius); they still
+    count as neighbours.  A bool (``numpy.bool_`` too).  Default False."""
+
+_out = """\
+out: optional tensor to write the result into, and return: the result's
+    shape and dtype (float32 for integer ``input``), on ``input``'s
+    device, any strides, dense, without overlapping itself (an expanded,
+    stride-0 tensor raises ``ValueError``).  The only in-place path:
+    ``input`` is never modified, and ``out`` may alias it (the result
+    then goes through a temporary).  Like torch's ``out=``, not
+    differentiable: a ``RuntimeError`` when ``input`` or ``out``
+    requires grad outside ``torch.no_grad()``.  Default None (a fresh
+    tensor)."""
+
+_backend = """\
+backend: the engine.  ``None`` or ``'auto'`` (default) takes the one the
+    ``TORCHFILTERS_BACKEND`` environment variable names, if set, else
+    the fastest that runs the tensor: ``'cpu'`` for CPU tensors,
+    ``'triton'`` for CUDA tensors, ``'reference'`` otherwise.
+    ``'reference'`` is pure torch on any device (the oracle); ``'cpu'``
+    runs fused numba kernels on CPU tensors; ``'triton'`` fused Triton
+    kernels on CUDA tensors.  An engine forced here or by
+    ``TORCHFILTERS_BACKEND`` that cannot run the call raises
+    :class:`torchfilters.BackendUnavailableError` saying why.  The result
+    does not depend on the engine beyond floating-point rounding."""
+
+_returns = """\
+%(out_shape)s tensor%(out_note)s
+of ``input``'s dtype (float32 for integer ``input``), on ``input``'s
+device."""
+
+_raises = """\
+TypeError: ``input`` not a tensor, of dtype bool, complex or float8, or
+    not dense (sparse, mkldnn, nested); ``mode`` not a str; ``cval`` not
+    a real number; ``out`` not a tensor, not dense, or not of the
+    result's dtype.
+ValueError: ``input`` with fewer than 2 dimensions; an unknown ``mode``
+    (a torch/NumPy/OpenCV name gets the SciPy name to use); a meta
+    tensor for a value such as ``cval``; ``out`` of the wrong shape or
+    device, or overlapping itself; an unknown ``backend`` or
+    ``TORCHFILTERS_BACKEND``.
+RuntimeError: ``out=`` while ``input`` or ``out`` requires grad (outside
+    ``torch.no_grad()``).
+BackendUnavailableError: the engine ``backend`` or
+    ``TORCHFILTERS_BACKEND`` forces cannot run this call (a
+    ``RuntimeError``)."""
+
+_matches = """\
+SciPy: on each ``(H, W)`` slice ``x`` of ``input``, the same as
+%(scipy)s
+(SciPy in float64; equal to floating-point rounding)."""
+
+#: name -> paragraph.  Args paragraphs start with ``name:`` and indent their
+#: continuation lines by 4 (Google style); ``fill`` adds the placeholder's indent.
+DOCS: Dict[str, str] = {
+    "input": _input,
+    "mode": _mode,
+    "cval": _cval,
+    "origin": _origin,
+    "origin1d": _origin1d,
+    "axis": _axis,
+    "weights2d": _weights2d,
+    "weights1d": _weights1d,
+    "operator": _operator,
+    "normalized": _normalized,
+    "sigma": _sigma,
+    "order": _order,
+    "truncate": _truncate,
+    "radius": _radius,
+    "threshold": _threshold,
+    "mask": _mask,
+    "blur_weights": _blur_weights,
+    "blur_normalized": _blur_normalized,
+    "keep_border": _keep_border,
+    "out": _out,
+    "backend": _backend,
+    "returns": _returns,
+    "out_shape": "``(..., H, W)``",
+    "out_note": " (``out`` when given)",
+    "raises": _raises,
+    "matches": _matches,
+}
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+def fill(doc: Optional[str], **extra: str) -> Optional[str]:
+    """Replace every ``%(name)s`` in ``doc`` with its paragraph (``extra`` first, then ``DOCS``).
+
+    Every line of a paragraph after the first gets the indentation of the
+    line the placeholder is on; paragraphs are filled recursively.
+
+    >>> fill("Args:\\n    %(x)s\\n", x="x: one\\n    two")
+    'Args:\\n    x: one\\n        two\\n'
+    """
+    if doc is None:
+        return None
+    table = {**DOCS, **extra}
+
+    def expand(text: str, depth: int) -> str:
+        if depth > 8:
+            raise RecursionError("docstring placeholders nest too deeply (a cycle?)")
+        lines = []
+        for line in text.split("\n"):
+            indent = line[: len(line) - len(line.lstrip())]
+
+            def sub(m):
+                key = m.group(1)
+                if key not in table:
+                    raise KeyError(f"no docstring paragraph named {key!r} (known: {', '.join(sorted(table))})")
+                first, *rest = expand(table[key], depth + 1).split("\n")
+                return "\n".join([first] + [indent + r if r.strip() else "" for r in rest])
+
+            lines.append(_PLACEHOLDER.sub(sub, line))
+        return "\n".join(lines)
+
+    return expand(doc, 0)
+
+
+def docfiller(obj: Optional[Callable] = None, /, **extra: str):
+    """Decorator: fill ``obj.__doc__`` (see :func:`fill`); ``@docfiller`` or ``@docfiller(scipy=...)``."""
+    if obj is None:
+        return lambda o: docfiller(o, **extra)
+    obj.__doc__ = fill(obj.__doc__, **extra)
+    return obj
