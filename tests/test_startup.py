@@ -1,0 +1,159 @@
+"""Start-up: a light import, kernels that do not depend on the image size, a disk cache that
+works for read-only installs, and worker processes that load kernels instead of compiling.
+
+Most cases run in a fresh interpreter: what they check is what a new process does.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+import torch
+
+import torchfilters as tf
+
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+
+
+def _python(code: str, env=None, timeout=900):
+    e = dict(os.environ if env is None else env)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e,
+                       timeout=timeout)
+    assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+    return r.stdout
+
+
+def test_import_is_light():
+    # torch._dynamo (about 1.5 s), numba, SciPy and the engines load when first needed
+    out = _python("""
+        import sys
+        import torchfilters
+        heavy = [m for m in ("torch._dynamo", "numba", "scipy", "triton", "torchfilters.backends.cpu")
+                 if m in sys.modules]
+        print("heavy:", heavy)
+    """)
+    assert "heavy: []" in out, out
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["edges", "--help"], ["warmup", "--help"]])
+def test_version_and_help_load_no_engine(argv):
+    pytest.importorskip("imageio")
+    out = _python(f"""
+        import sys
+        from torchfilters import cli
+        try:
+            cli.main({argv!r})
+        except SystemExit as e:
+            assert e.code == 0, e.code
+        print("heavy:", [m for m in ("numba", "scipy", "skimage", "imageio", "torch._dynamo") if m in sys.modules])
+    """)
+    assert "heavy: []" in out, out
+
+
+def _signatures():
+    from torchfilters.backends.cpu import direct, warmup
+
+    return len(direct._d3_kernels), sum(len(k.overloads) for k in warmup._kernels())
+
+
+def test_no_kernel_variant_per_image_size():
+    pytest.importorskip("numba")
+    shapes = [(4, 28, 28), (2, 100, 100), (1, 300, 7), (3, 2, 2), (1, 1, 5), (2, 65, 3), (1, 7, 1)]
+    calls = [
+        lambda x: tf.gradient_magnitude(x, operator="sobel"),
+        lambda x: tf.gradient_magnitude(x, mode="mirror"),
+        lambda x: tf.derivative(x, -2, operator="scharr", mode="nearest"),
+        lambda x: tf.gradient(x, mode="wrap"),
+        lambda x: tf.gaussian_filter(x, 1.5, mode="constant", cval=2.0),
+        lambda x: tf.selective_blur(x, 0.5),
+    ]
+    for call in calls:
+        x = torch.rand(*shapes[0], requires_grad=True)
+        call(x).sum().backward()
+        before = _signatures()
+        for shape in shapes[1:]:
+            x = torch.rand(*shape, requires_grad=True)
+            call(x).sum().backward()
+            assert _signatures() == before, f"a new kernel variant for {shape}"
+
+
+def test_read_only_install_caches_per_user():
+    """A package folder the process cannot write to (system site-packages, an image built by
+    another user): kernels are cached in the per-user cache folder, and a second process loads
+    them.  Root writes through file modes, so each ``__pycache__`` of the copy is a plain file
+    as well: no cache folder can be made there, by anyone."""
+    pytest.importorskip("numba")
+    root = tempfile.mkdtemp(prefix="tf-readonly-")
+    try:
+        pkg = os.path.join(root, "site")
+        shutil.copytree(os.path.join(SRC, "torchfilters"), os.path.join(pkg, "torchfilters"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        home = os.path.join(root, "home")
+        os.makedirs(home)
+        for d, _, files in os.walk(pkg):
+            with open(os.path.join(d, "__pycache__"), "w"):
+                pass
+            for f in files + ["__pycache__"]:
+                os.chmod(os.path.join(d, f), 0o444)
+        for d, _, _ in os.walk(pkg):
+            os.chmod(d, 0o555)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CACHE")}
+        env.update(PYTHONPATH=pkg, HOME=home, XDG_CACHE_HOME=os.path.join(home, ".cache"))
+        code = """
+            import torch, torchfilters as tf
+            from torchfilters.backends.cpu import cache, warmup
+            assert tf.__file__.startswith({pkg!r}), tf.__file__
+            x = torch.rand(2, 9, 11)
+            torch.testing.assert_close(tf.gradient_magnitude(x), tf.gradient_magnitude(x, backend="reference"))
+            print("dir", cache.cache_dir())
+            print("counts", *warmup._counts())
+        """.format(pkg=pkg)
+        first = _python(code, env=env)
+        assert f"dir {home}" in first, first  # the per-user folder, not the package's
+        assert "counts 0 " not in first, first  # compiled ...
+        second = _python(code, env=env)
+        assert "counts 0 " in second and "counts 0 0" not in second, second  # ... then loaded
+        cached = [f for _, _, fs in os.walk(home) for f in fs if f.endswith(".nbi")]
+        assert cached, "no cache index in the per-user folder"
+    finally:
+        for d, _, _ in os.walk(root):
+            os.chmod(d, 0o755)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+_SPAWN = """
+import torch
+import torchfilters as tf
+from torch.utils.data import DataLoader, Dataset
+
+
+class Samples(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        from torchfilters.backends.cpu import warmup
+
+        y = tf.gradient_magnitude(torch.rand(3, 28, 28), operator="sobel")
+        return y, torch.tensor(warmup._counts()[0])  # kernels this worker compiled
+
+
+if __name__ == "__main__":
+    tf.gradient_magnitude(torch.rand(3, 28, 28), operator="sobel")  # compiled (or loaded) once here
+    loader = DataLoader(Samples(), batch_size=2, num_workers=2, multiprocessing_context="spawn")
+    compiled = [int(c.max()) for _, c in loader]
+    print("compiled in workers:", max(compiled))
+"""
+
+
+def test_spawned_workers_load_kernels_instead_of_compiling(tmp_path):
+    pytest.importorskip("numba")
+    script = tmp_path / "spawn_loader.py"
+    script.write_text(_SPAWN)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "compiled in workers: 0" in r.stdout, r.stdout
