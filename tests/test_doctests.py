@@ -8,7 +8,7 @@ import importlib
 import pytest
 import torch
 
-MODULES = ["torchfilters", "torchfilters.functional", "torchfilters.nn", "torchfilters.backends"]
+MODULES = ["torchfilters", "torchfilters.functional", "torchfilters.nn", "torchfilters.backends", "torchfilters.backends._layout"]
 
 
 def _examples(modname):

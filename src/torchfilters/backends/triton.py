@@ -76,6 +76,7 @@ import triton.language as tl
 from .._spec import BlurSpec, FilterSpec, Stencil
 from .._validate import compute_dtype
 from . import reference as _ref
+from ._layout import collapse_planes
 
 NAME = "triton"
 UNAVAILABLE_HINT = (
@@ -967,23 +968,12 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
 def _planes(t: torch.Tensor):
     """``(t, n_inner, s_outer, s_inner, s_h, s_w)``: plane ``i`` of ``t`` (leading dims
     flattened) starts at ``(i // n_inner) * s_outer + (i % n_inner) * s_inner``."""
-    dims = []
-    for n, s in zip(t.shape[:-2], t.stride()[:-2]):
-        if n == 1:
-            continue
-        if dims and dims[-1][1] == s * n:
-            dims[-1] = (dims[-1][0] * n, s)
-        else:
-            dims.append((n, s))
-    if len(dims) > 2:
+    lead = collapse_planes(t.shape[:-2], t.stride()[:-2])
+    if lead is None:
         t = t.contiguous()
-        return _planes(t)
-    sh, sw = t.stride(-2), t.stride(-1)
-    if not dims:
-        return t, 1, 0, 0, sh, sw
-    if len(dims) == 1:
-        return t, 1, dims[0][1], 0, sh, sw
-    return t, dims[1][0], dims[0][1], dims[1][1], sh, sw
+        lead = collapse_planes(t.shape[:-2], t.stride()[:-2])
+    n1, s0, s1 = lead
+    return t, n1, s0, s1, t.stride(-2), t.stride(-1)
 
 
 def _check_out(out, shape, dtype, device, inputs):

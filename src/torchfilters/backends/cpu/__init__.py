@@ -66,7 +66,7 @@ def filter_forward(x, spec: FilterSpec, out=None):
         _launch(kernel, args + (D, F, T, L), nitems, nt, _small(N, H, W))
     else:
         P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
-        _launch(_K_FILTER_FWD[info[1]], args + (P, F, L), -(-N // mp) * per, nt, _small(N, H, W))
+        _launch(_K_FILTER_FWD[info.epi], args + (P, F, L), -(-N // mp) * per, nt, _small(N, H, W))
     if tmp:
         o.copy_(o2)
     return o
@@ -86,7 +86,7 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
     o = _alloc(x.shape, x.dtype) if out is None else out
     gk = grad.dim() == x.dim() + 1
     x, o2, grad, _, L, tmp = _prepare(x, o, False, grad, gk)
-    _launch(_K_FILTER_BWD[info[1]], (grad.data_ptr(), x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
+    _launch(_K_FILTER_BWD[info.epi], (grad.data_ptr(), x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L),
             nitems, nt, _small(N, H, W))
     if tmp:
         o.copy_(o2)

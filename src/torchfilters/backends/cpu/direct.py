@@ -27,6 +27,7 @@ the last-level cache, of planes at least 256 wide, use a streaming-store variant
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 import os
 
 import numpy as np
@@ -70,6 +71,19 @@ EDGE, MIRR = 1 << 17, 1 << 18
 #: line buffer and non-temporal stores (``_stream_line``), the partial lines at its ends directly
 STREAM = 1 << 19
 _d3_kernels: dict = {}
+
+
+class D3Plan(NamedTuple):
+    """The direct path's plan: the kernel and its tables (``D`` sizes and folds, ``F`` weights,
+    ``T`` lane classes) and the number of work items."""
+
+    kernel: object
+    D: np.ndarray
+    F: np.ndarray
+    T: np.ndarray
+    nitems: int
+
+
 _d3_cache: dict = {}
 
 
@@ -601,7 +615,7 @@ def _d3_plan(info, H, W, N, nthreads, itemsize, aligned):
     hit = _d3_cache.get(key)
     if hit is not None and hit[0] is info:
         return hit[1]
-    norm, epi, mode = info[0], info[1], info[2]
+    norm, epi, mode = info.norm, info.epi, info.mode
     forms = [_d3_form(vt, ht, dt) for vt, ht, dt, _ in norm]
     plan = None
     if epi in (EPI_STACK, EPI_MAG, EPI_DIR) and mode != "constant" and len(forms) in (1, 2) and all(forms):
@@ -632,7 +646,7 @@ def _d3_plan(info, H, W, N, nthreads, itemsize, aligned):
             if (N * H * W * itemsize >= _STREAM_BYTES and (len(forms) == 1 or epi != EPI_STACK) and W >= _STREAM_MIN_W
                     and aligned and H > 2):
                 strm = STREAM
-            plan = (_d3_kernel(tuple(f[0] for f in forms), epi, fold, strm), D, F, T, -(-N // MP) * NB)
+            plan = D3Plan(_d3_kernel(tuple(f[0] for f in forms), epi, fold, strm), D, F, T, -(-N // MP) * NB)
     if len(_d3_cache) > 1024:
         _d3_cache.clear()
     _d3_cache[key] = (info, plan)

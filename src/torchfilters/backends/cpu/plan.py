@@ -5,12 +5,14 @@ the ``P``/``F`` tables (cached), and a call's tensors into the layout ``L``.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from ..._spec import FilterSpec
 from .. import reference
+from .._layout import collapse_planes
 from .tables import (
     EPI_BLEND, EPI_DIR, EPI_MAG, EPI_NORM, EPI_STACK, F_TAPS, I_BI0, I_BI1, I_BJ0, I_BJ1, I_BR, I_BX, I_CONST,
     I_CW, I_EPI, I_EXHI, I_EXLO, I_EYHI, I_EYLO, I_FH, I_FW, I_H, I_HDR, I_K, I_KEEPB, I_MP, I_NB, I_NBX, I_NC,
@@ -37,6 +39,37 @@ _STRIP = 512
 _STACK = 1 << 12
 
 
+class Norm(NamedTuple):
+    """A stencil as tap lists ``(dy, dx, w)``: ``vt`` then ``ht`` (a two-phase separable
+    stencil), or ``dt`` alone (one phase); ``passes`` are its 1-D passes (``sep``)."""
+
+    vt: list
+    ht: list
+    dt: list
+    passes: tuple
+
+
+class Info(NamedTuple):
+    """What a spec's plans share, whatever the image size (``_info``)."""
+
+    norm: list  # one Norm per stencil
+    epi: int  # EPI_*
+    mode: str
+    cval: float
+    extent: tuple  # (eylo, eyhi, exlo, exhi): the offsets every stencil reads, 0 included
+    keep_border: bool
+    blur_extent: tuple  # ((lo, hi) along H, (lo, hi) along W) of a blur's stencil, else None
+
+
+class Plan(NamedTuple):
+    """A spec's plan for one image size and blocking: the kernel tables and the work split."""
+
+    P: np.ndarray  # int64 table (tables.py)
+    F: np.ndarray  # float64 table
+    per: int  # work items per group of planes
+    mp: int  # planes per group
+
+
 _info_cache: dict = {}
 _plan_cache: dict = {}
 _lay_cache: dict = {}
@@ -49,10 +82,10 @@ def _norm_stencil(st):
     if st.kind == "dense":
         ly, lx = st.lo
         dt = [(ly + a, lx + b, float(w)) for a, row in enumerate(st.taps) for b, w in enumerate(row) if w != 0.0]
-        return [], [], dt, ()
+        return Norm([], [], dt, ())
     passes = st.passes
     if not passes:
-        return [], [], [(0, 0, 1.0)], ()
+        return Norm([], [], [(0, 0, 1.0)], ())
     if any(p.axis not in (-2, -1) for p in passes):
         return None
     if len(passes) > 2 or (len(passes) == 2 and passes[0].axis == passes[1].axis):
@@ -65,14 +98,14 @@ def _norm_stencil(st):
         return [u for u in t if u[2] != 0.0] + [u for u in t if u[2] == 0.0]
 
     if len(passes) == 1:
-        return [], [], taps(passes[0]), passes
+        return Norm([], [], taps(passes[0]), passes)
     vp, hp = (passes[0], passes[1]) if passes[0].axis == -2 else (passes[1], passes[0])
     vt, ht = taps(vp), taps(hp)
     if vt == [(0, 0, 1.0)]:
-        return [], [], ht, passes
+        return Norm([], [], ht, passes)
     if ht == [(0, 0, 1.0)]:
-        return [], [], vt, passes
-    return vt, ht, [], passes
+        return Norm([], [], vt, passes)
+    return Norm(vt, ht, [], passes)
 
 
 def _info(spec):
@@ -101,7 +134,7 @@ def _info(spec):
             eyhi = max([0] + [d[0] for d in offs])
             exlo = min([0] + [d[1] for d in offs])
             exhi = max([0] + [d[1] for d in offs])
-            info = (norm, epi, spec.mode, float(spec.cval), (eylo, eyhi, exlo, exhi), keep, bext)
+            info = Info(norm, epi, spec.mode, float(spec.cval), (eylo, eyhi, exlo, exhi), keep, bext)
     if len(_info_cache) > 4096:
         _info_cache.clear()
     _info_cache[key] = info
@@ -153,7 +186,7 @@ def _blocking(info, H, W, N, nthreads, backward=False):
     Flat layout (row stride W, border columns fixed up) when the kernel is narrow
     against the image; otherwise padded rows (stride W + ex), and for wide images
     the forward pass works on column strips so that its tiles stay in cache."""
-    eylo, eyhi, exlo, exhi = info[4]
+    eylo, eyhi, exlo, exhi = info.extent
     ey, ex = eyhi - eylo, exhi - exlo
     pad = W > _FLAT_MAX_W or 4 * ex > W
     CW = W
@@ -236,7 +269,7 @@ def _plan(info, H, W, blocking):
     hdr[[I_PAD, I_CW, I_NC, I_MP]] = [pad, CW, NC, MP]
     P = np.concatenate([hdr, fh, fw, np.asarray(st + taps_i + fix + bx, np.int64)]).astype(np.int64)
     F = np.concatenate([np.array([cval, 0.0, 1.0, 0.0]), np.asarray(taps_w, np.float64), np.asarray(corr_f, np.float64)])
-    plan = (P, F, NB * NC, MP)
+    plan = Plan(P, F, NB * NC, MP)
     if len(_plan_cache) > 1024:
         _plan_cache.clear()
     _plan_cache[key] = (info, plan)
@@ -247,21 +280,7 @@ def _plan(info, H, W, blocking):
 
 def _lead(sizes, strides):
     """Leading dims -> (n1, s0, s1) with plane p at (p // n1)*s0 + (p % n1)*s1, or None."""
-    dims = []
-    for s, st in zip(sizes, strides):
-        if s == 1:
-            continue
-        if dims and dims[-1][1] == st * s:
-            dims[-1] = (dims[-1][0] * s, st)
-        else:
-            dims.append((s, st))
-    if not dims:
-        return 1, 0, 0
-    if len(dims) == 1:
-        return dims[0][0], 0, dims[0][1]
-    if len(dims) == 2:
-        return dims[1][0], dims[0][1], dims[1][1]
-    return None
+    return collapse_planes(sizes, strides)
 
 
 def _role(t, k: bool):
