@@ -346,3 +346,31 @@ THRESHOLDED = {name for name in OPS if name.startswith("selective_blur") and nam
 
 def op_out_shape(name, shape):
     return tuple(shape[:-2]) + (2,) + tuple(shape[-2:]) if name == "gradient-sobel" else tuple(shape)
+
+
+# ------------------------------------------------------------ worker shutdown
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    """Collect the garbage and freeze the heap in xdist workers before they report "finished".
+
+    After the controller has every worker's "finished" it closes the gateways, and execnet
+    gives a worker's execution 5 s to end before it sends the worker a SIGINT.  What the
+    worker still runs then is pytest's unconfigure and cleanup, each a full ``gc.collect()``
+    (the unraisable-exception plugin), over a heap of over half a million objects (torch,
+    numba, Triton, Hypothesis, the collected items): about a second each on a quiet machine,
+    several on a loaded one.  Past 5 s the SIGINT lands while the collector runs, where the
+    only Python code executing is Hypothesis' ``gc_callback`` (it times collections), so a
+    ``KeyboardInterrupt`` traceback from ``gc_callback`` is printed at shutdown.
+
+    This hook runs inside xdist's ``pytest_sessionfinish`` wrapper, before "finished" is
+    sent: one collection here (still under pytest's unraisable hook), then ``gc.freeze()``
+    moves the survivors to the permanent generation, which later collections skip, so the
+    worker's remaining teardown takes milliseconds.
+    """
+    if hasattr(session.config, "workerinput"):
+        import gc
+
+        gc.collect()
+        gc.freeze()
