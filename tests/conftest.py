@@ -367,10 +367,14 @@ def pytest_sessionfinish(session):
     This hook runs inside xdist's ``pytest_sessionfinish`` wrapper, before "finished" is
     sent: one collection here (still under pytest's unraisable hook), then ``gc.freeze()``
     moves the survivors to the permanent generation, which later collections skip, so the
-    worker's remaining teardown takes milliseconds.
+    worker's remaining teardown takes milliseconds.  At exit (after execnet's wait) they are
+    unfrozen, so that the interpreter's last collection still frees them (nanobind, under
+    Triton, reports objects left alive at exit as leaks).
     """
     if hasattr(session.config, "workerinput"):
+        import atexit
         import gc
 
         gc.collect()
         gc.freeze()
+        atexit.register(gc.unfreeze)
