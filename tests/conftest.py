@@ -8,10 +8,29 @@ check every engine that can run here.
 Adding an engine: append its name to ``CANDIDATE_ENGINES``; it is tested as
 soon as ``torchfilters.backends.get(name)`` imports it.  The environment
 variable ``TORCHFILTERS_TEST_ENGINES=reference,cpu`` restricts the list.
+
+Grids.  The semantics live in cross products (mode x size x kernel x op x
+dtype x engine ...) far too large to run whole on every ``make test``.  Each
+grid is tested twice over:
+
+* a fixed **core grid** (``grid(...)``, plain pytest parameters): a covering
+  array of the axes -- by default every *pair* of values of any two axes
+  appears in some case (``strength=2``), plus the cases a test names
+  explicitly (``extra=``);
+* **sampled cases** of the whole grid (``@given`` with ``st.sampled_from``),
+  the engine drawn as one more axis, so that each engine gets its own cases.
+
+``TORCHFILTERS_FULL_GRID=1`` (``make test-full``) makes every ``grid`` the
+full cross product and loads the ``full`` Hypothesis profile (many more
+examples).  Hypothesis profiles: ``ci`` (chosen when ``CI`` is set: fixed
+seeds, no example database), ``dev`` (the default: random seeds, database in
+the git-ignored ``.hypothesis/``), ``full``; ``HYPOTHESIS_PROFILE`` picks one
+explicitly.  ``deadline=None`` everywhere: numba compiles kernels on first use.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 
@@ -19,6 +38,8 @@ import numpy as np
 import pytest
 import scipy.ndimage as ndi
 import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 import torchfilters
 from torchfilters import backends
@@ -47,6 +68,11 @@ def engine(request):
     return request.param
 
 
+#: one more axis of every sampled grid: each engine gets its own cases (a fixed seed
+#: is a hash of the test function, the same for every value of a pytest parameter)
+engines = st.sampled_from(ENGINES)
+
+
 def require_dtype(engine: str, dtype: torch.dtype, device: str = "cpu") -> None:
     """Skip (visibly) when ``engine`` declares it cannot run ``dtype`` tensors."""
     mod = backends.get(engine)
@@ -68,10 +94,129 @@ OPERATORS = ("central", "sobel", "scharr", "prewitt")
 DIVISORS = {"central": 2.0, "sobel": 8.0, "scharr": 32.0, "prewitt": 6.0}
 SMOOTH = {"central": None, "sobel": [1.0, 2.0, 1.0], "scharr": [3.0, 10.0, 3.0], "prewitt": [1.0, 1.0, 1.0]}
 BINOMIAL = np.outer([1.0, 2.0, 1.0], [1.0, 2.0, 1.0]) / 16.0
+#: float dtypes besides float64
+LOW_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+# strategies for the sampled cases of the grids above
+modes = st.sampled_from(MODES)
+base_modes = st.sampled_from(BASE_MODES)
+operators = st.sampled_from(OPERATORS)
+#: the grid's sizes, and any other small image
+sizes = st.sampled_from(SIZES) | st.tuples(st.integers(1, 12), st.integers(1, 12))
+small_sizes = st.sampled_from(SMALL_SIZES) | st.tuples(st.integers(1, 9), st.integers(1, 9))
 
 
 def size_id(hw):
     return f"{hw[0]}x{hw[1]}"
+
+
+# ------------------------------------------------------------ grids, profiles
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+#: ``TORCHFILTERS_FULL_GRID=1``: every ``grid`` is the whole cross product
+FULL_GRID = _truthy("TORCHFILTERS_FULL_GRID")
+CI = _truthy("CI")
+
+_COMMON = {
+    "deadline": None,  # numba compiles on first use: seconds for the first example of a kernel
+    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    "print_blob": True,
+}
+settings.register_profile("dev", max_examples=20, **_COMMON)
+settings.register_profile("ci", max_examples=20, derandomize=True, database=None, **_COMMON)
+settings.register_profile("full", max_examples=400, derandomize=CI, database=None if CI else settings.default.database,
+                          **_COMMON)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("full" if FULL_GRID else "ci" if CI else "dev")
+settings.load_profile(PROFILE)
+#: ``examples(n)`` budgets scale by this in the ``full`` profile
+EXAMPLE_SCALE = 20 if PROFILE == "full" else 1
+
+
+def examples(n: int):
+    """``@settings`` for a sampled test worth ``n`` examples per run (times 20 in ``full``)."""
+    return settings(max_examples=max(1, n * EXAMPLE_SCALE))
+
+
+def covering(axes, strength=2, extra=()):
+    """A deterministic covering array: rows (tuples, one value per axis) such that every
+    combination of ``strength`` values of any ``strength`` axes appears in some row
+    (``strength=1``: every value of every axis at least once).  ``extra`` rows come first.
+
+    Greedy (AETG-like, no randomness): each new row starts from an uncovered combination and
+    fills the remaining axes with the value that covers most still-uncovered combinations.
+    """
+    values = [list(v) for v in axes]
+    n = len(values)
+    strength = min(strength, n)
+    rows = [tuple(r) for r in extra]
+    index = [{_key(v): i for i, v in enumerate(vs)} for vs in values]
+
+    def combos(row):
+        idx = [index[a][_key(v)] for a, v in enumerate(row)]
+        return {tuple((a, idx[a]) for a in c) for c in itertools.combinations(range(n), strength)}
+
+    todo = set()
+    for c in itertools.combinations(range(n), strength):
+        todo.update(tuple(zip(c, p)) for p in itertools.product(*(range(len(values[a])) for a in c)))
+    uses = [[0] * len(vs) for vs in values]
+    for r in rows:
+        todo -= combos(r)
+        for a, v in enumerate(r):
+            uses[a][index[a][_key(v)]] += 1
+    while todo:
+        seed = min(todo)
+        pick = dict(seed)
+        for a in range(n):
+            if a in pick:
+                continue
+            # the value covering most uncovered combinations (of the axes chosen so far);
+            # ties: the value used least so far (spreads the rows' free choices)
+            score = []
+            for i in range(len(values[a])):
+                trial = {**pick, a: i}
+                gain = sum(1 for comb in todo if all(trial.get(ax) == vi for ax, vi in comb))
+                score.append((gain, -uses[a][i], -i))
+            pick[a] = max(range(len(values[a])), key=score.__getitem__)
+        row = tuple(values[a][pick[a]] for a in range(n))
+        for a in range(n):
+            uses[a][pick[a]] += 1
+        rows.append(row)
+        todo -= combos(row)
+    return rows
+
+
+def _key(v):
+    return repr(v)
+
+
+def value_id(v) -> str:
+    if isinstance(v, torch.dtype):
+        return str(v).replace("torch.", "")
+    if isinstance(v, tuple) and len(v) == 2 and all(isinstance(i, int) for i in v):
+        return size_id(v)
+    return str(v)
+
+
+def grid(argnames: str, *axes, strength=2, extra=()):
+    """``pytest.mark.parametrize`` over the core grid of ``axes`` (one sequence of values per
+    name in ``argnames``): a ``covering`` array, or with ``TORCHFILTERS_FULL_GRID=1`` the whole
+    cross product (``extra`` rows are then part of it, or appended)."""
+    names = [a.strip() for a in argnames.split(",")]
+    assert len(names) == len(axes), (names, len(axes))
+    if FULL_GRID:
+        rows = list(itertools.product(*axes))
+        have = {_key(r) for r in rows}
+        rows += [tuple(r) for r in extra if _key(tuple(r)) not in have]
+    else:
+        rows = covering(axes, strength, extra)
+    ids = ["-".join(value_id(v) for v in r) for r in rows]
+    if len(names) == 1:
+        rows = [r[0] for r in rows]
+    return pytest.mark.parametrize(names if len(names) > 1 else names[0], rows, ids=ids)
 
 
 # --------------------------------------------------------------------- inputs

@@ -22,7 +22,7 @@ from conftest import assert_close, rand
 # warning still shows for any other use.
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", r"`torch\.jit\.script_method` is deprecated", DeprecationWarning)
-    import torch.utils.mkldnn  # noqa: F401
+    import torch.utils.mkldnn
 
 
 def _model(x, mask):
