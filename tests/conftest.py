@@ -73,10 +73,14 @@ def engine(request):
 engines = st.sampled_from(ENGINES)
 
 
+def runs(engine: str, dtype: torch.dtype, device: str = "cpu") -> bool:
+    """Whether ``engine`` declares it runs ``dtype`` tensors (sampled tests: ``assume`` it)."""
+    return backends.get(engine).available(torch.device(device), dtype)
+
+
 def require_dtype(engine: str, dtype: torch.dtype, device: str = "cpu") -> None:
     """Skip (visibly) when ``engine`` declares it cannot run ``dtype`` tensors."""
-    mod = backends.get(engine)
-    if not mod.available(torch.device(device), dtype):
+    if not runs(engine, dtype, device):
         pytest.skip(f"backend {engine!r} does not run {dtype} on {device}")
 
 
