@@ -30,6 +30,8 @@ explicitly.  ``deadline=None`` everywhere: numba compiles kernels on first use.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import math
 import os
@@ -217,6 +219,21 @@ def grid(argnames: str, *axes, strength=2, extra=()):
         rows += [tuple(r) for r in extra if _key(tuple(r)) not in have]
     else:
         rows = covering(axes, strength, extra)
+    return _parametrize(names, rows)
+
+
+def cases(argnames: str, rows, core):
+    """``pytest.mark.parametrize`` over the ``core`` rows of a list of cases (every row of
+    ``rows`` with ``TORCHFILTERS_FULL_GRID=1``): for grids that are lists, not products."""
+    names = [a.strip() for a in argnames.split(",")]
+    rows = [tuple(r) if len(names) > 1 else (r,) for r in rows]
+    core = [tuple(r) if len(names) > 1 else (r,) for r in core]
+    have = {_key(r) for r in rows}
+    assert all(_key(r) in have for r in core), "core cases must be cases"
+    return _parametrize(names, rows if FULL_GRID else core)
+
+
+def _parametrize(names, rows):
     ids = ["-".join(value_id(v) for v in r) for r in rows]
     if len(names) == 1:
         rows = [r[0] for r in rows]
@@ -495,6 +512,46 @@ THRESHOLDED = {name for name in OPS if name.startswith("selective_blur") and nam
 
 def op_out_shape(name, shape):
     return tuple(shape[:-2]) + (2,) + tuple(shape[-2:]) if name == "gradient-sobel" else tuple(shape)
+
+
+# ------------------------------------------------------ frames of a test call
+
+
+def _big_frame_runner(slots):
+    """``run(fn, *args, **kwargs)``: ``fn(*args, **kwargs)`` called from a frame of ``slots``
+    local variables (never assigned: only the frame's size matters)."""
+    names = ",".join(f"_{i}" for i in range(slots))
+    src = f"def run(fn, *args, **kwargs):\n    if 0:\n        {names} = None\n    return fn(*args, **kwargs)\n"
+    namespace = {}
+    exec(compile(src, "<conftest: big frame>", "exec"), namespace)
+    return namespace["run"]
+
+
+#: 512 KiB of locals: its data-stack chunk is 1 MiB, about half of it free for the test's frames
+_run_in_big_frame = _big_frame_runner(65536)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Run each test function from a frame that starts a large data-stack chunk.
+
+    CPython 3.11 keeps Python frames on a per-thread stack of chunks, 16 KiB each, mapped
+    with ``mmap``, and unmaps a chunk as soon as the first frame in it returns.  A hot loop
+    whose calls cross a chunk boundary maps and unmaps a chunk on every call, each a few page
+    faults: where the test function's frame sits depends on the runner's call depth, and in
+    xdist workers the Triton interpreter's call pattern sat on a boundary -- 546,000 16 KiB
+    mmap/munmap pairs and 3.3 s of system time in one 7 s test, which took 2.5 s outside
+    pytest, and several interpreted tests ran 3-5x slower.  Called from a frame too big for
+    the current chunk, the test gets a fresh 1 MiB chunk whose free half holds its frames.
+    """
+    fn = pyfuncitem.obj
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        return (yield)  # pytest refuses these before calling them
+    pyfuncitem.obj = functools.partial(_run_in_big_frame, fn)
+    try:
+        return (yield)
+    finally:
+        pyfuncitem.obj = fn
 
 
 # ------------------------------------------------------------ worker shutdown
