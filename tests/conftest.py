@@ -152,8 +152,9 @@ def covering(axes, strength=2, extra=()):
     combination of ``strength`` values of any ``strength`` axes appears in some row
     (``strength=1``: every value of every axis at least once).  ``extra`` rows come first.
 
-    Greedy (AETG-like, no randomness): each new row starts from an uncovered combination and
-    fills the remaining axes with the value that covers most still-uncovered combinations.
+    Greedy (AETG-like, no randomness): each new row is the best of a few candidates, each
+    started from an uncovered combination and completed axis by axis with the value that
+    covers most still-uncovered combinations (ties: the value used least so far).
     """
     values = [list(v) for v in axes]
     n = len(values)
@@ -161,37 +162,44 @@ def covering(axes, strength=2, extra=()):
     rows = [tuple(r) for r in extra]
     index = [{_key(v): i for i, v in enumerate(vs)} for vs in values]
 
-    def combos(row):
-        idx = [index[a][_key(v)] for a, v in enumerate(row)]
-        return {tuple((a, idx[a]) for a in c) for c in itertools.combinations(range(n), strength)}
+    def combos(pick):
+        return {tuple((a, pick[a]) for a in c) for c in itertools.combinations(range(n), strength)}
 
     todo = set()
     for c in itertools.combinations(range(n), strength):
         todo.update(tuple(zip(c, p)) for p in itertools.product(*(range(len(values[a])) for a in c)))
     uses = [[0] * len(vs) for vs in values]
     for r in rows:
-        todo -= combos(r)
-        for a, v in enumerate(r):
-            uses[a][index[a][_key(v)]] += 1
-    while todo:
-        seed = min(todo)
+        pick = [index[a][_key(v)] for a, v in enumerate(r)]
+        todo -= combos(pick)
+        for a in range(n):
+            uses[a][pick[a]] += 1
+
+    def complete(seed):
         pick = dict(seed)
         for a in range(n):
             if a in pick:
                 continue
-            # the value covering most uncovered combinations (of the axes chosen so far);
-            # ties: the value used least so far (spreads the rows' free choices)
-            score = []
+            mine = [comb for comb in todo if any(ax == a for ax, _ in comb)]
+            best, best_score = 0, None
             for i in range(len(values[a])):
                 trial = {**pick, a: i}
-                gain = sum(1 for comb in todo if all(trial.get(ax) == vi for ax, vi in comb))
-                score.append((gain, -uses[a][i], -i))
-            pick[a] = max(range(len(values[a])), key=score.__getitem__)
-        row = tuple(values[a][pick[a]] for a in range(n))
+                gain = sum(1 for comb in mine if all(trial.get(ax) == vi for ax, vi in comb))
+                score = (gain, -uses[a][i])
+                if best_score is None or score > best_score:
+                    best, best_score = i, score
+            pick[a] = best
+        return [pick[a] for a in range(n)]
+
+    while todo:
+        ordered = sorted(todo)
+        seeds = ordered[:: max(1, len(ordered) // 8)][:8]
+        candidates = [complete(seed) for seed in seeds]
+        pick = max(candidates, key=lambda p: len(combos(p) & todo))  # first of the best
+        rows.append(tuple(values[a][pick[a]] for a in range(n)))
+        todo -= combos(pick)
         for a in range(n):
             uses[a][pick[a]] += 1
-        rows.append(row)
-        todo -= combos(row)
     return rows
 
 
