@@ -529,7 +529,7 @@ def _big_frame_runner(slots):
     """``run(fn, *args, **kwargs)``: ``fn(*args, **kwargs)`` called from a frame of ``slots``
     local variables (never assigned: only the frame's size matters)."""
     names = ",".join(f"_{i}" for i in range(slots))
-    src = f"def run(fn, *args, **kwargs):\n    if 0:\n        {names} = None\n    return fn(*args, **kwargs)\n"
+    src = f"def run(fn, /, *args, **kwargs):\n    if 0:\n        {names} = None\n    return fn(*args, **kwargs)\n"
     namespace = {}
     exec(compile(src, "<conftest: big frame>", "exec"), namespace)
     return namespace["run"]
