@@ -59,13 +59,13 @@ def _direct(fn):
     return fn in cpu._d3_kernels.values()
 
 
-#: each operator with each way the run folds its border columns -- EDGE (reflect, nearest and
-#: grid-mirror), MIRR (mirror), none (wrap, grid-wrap) -- every mode at least twice
+#: every operator and every mode, each operator in one way of folding its border columns --
+#: EDGE (reflect, nearest), MIRR (mirror), none (wrap) -- and the grid-* aliases beside their
+#: mode (the same kernels): about 105 compiled kernels instead of 246 on a cold numba cache
+#: (the SciPy parity grids run every operator in every mode on this engine in float64)
 SAME_BITS_CORE = [
-    ("central", "reflect"), ("central", "mirror"), ("central", "wrap"),
-    ("sobel", "nearest"), ("sobel", "mirror"), ("sobel", "grid-wrap"),
-    ("scharr", "grid-mirror"), ("scharr", "mirror"), ("scharr", "wrap"),
-    ("prewitt", "reflect"), ("prewitt", "nearest"), ("prewitt", "grid-wrap"),
+    ("central", "reflect"), ("central", "grid-mirror"), ("sobel", "mirror"), ("scharr", "nearest"),
+    ("prewitt", "wrap"), ("prewitt", "grid-wrap"),
 ]
 
 
@@ -154,7 +154,7 @@ def test_three_tap_correlations_and_non_finite_patterns(mode, monkeypatch, launc
 
 
 @grid("bad, dtype, mode", (math.nan, math.inf, -math.inf), (torch.float64, torch.float32, torch.float16),
-      ("mirror", "nearest", "wrap"))
+      ("mirror", "nearest", "wrap"), strength=1)
 def test_non_finite_anywhere_in_a_row_block(dtype, bad, mode, monkeypatch):
     """The interior run leaves zero centre taps out only when every sample it reads is finite.
     One non-finite sample per plane, at every position of a 9x6 plane cut into row blocks of 3
