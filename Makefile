@@ -1,11 +1,12 @@
 # Two setup commands: `make demo` and `make test`. Both create .venv on first use.
+# `make test-full` runs every test grid's whole cross product (slow).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 CONSTRAINTS := constraints/cpu.txt
 
-.PHONY: demo test bench install clean
+.PHONY: demo test test-full bench install clean
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +22,10 @@ demo: install
 
 test: install
 	$(PY) -m pytest -n 2 -q --timeout=1200
+
+# the core grids become full cross products; Hypothesis profile "full" (20x the examples)
+test-full: install
+	TORCHFILTERS_FULL_GRID=1 $(PY) -m pytest -n 2 -q --timeout=1200
 
 bench: install
 	$(PIP) install -q -c $(CONSTRAINTS) -e '.[bench]'

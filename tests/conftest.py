@@ -8,10 +8,31 @@ check every engine that can run here.
 Adding an engine: append its name to ``CANDIDATE_ENGINES``; it is tested as
 soon as ``torchfilters.backends.get(name)`` imports it.  The environment
 variable ``TORCHFILTERS_TEST_ENGINES=reference,cpu`` restricts the list.
+
+Grids.  The semantics live in cross products (mode x size x kernel x op x
+dtype x engine ...) far too large to run whole on every ``make test``.  Each
+grid is tested twice over:
+
+* a fixed **core grid** (``grid(...)``, plain pytest parameters): a covering
+  array of the axes -- by default every *pair* of values of any two axes
+  appears in some case (``strength=2``), plus the cases a test names
+  explicitly (``extra=``);
+* **sampled cases** of the whole grid (``@given`` with ``st.sampled_from``),
+  the engine drawn as one more axis, so that each engine gets its own cases.
+
+``TORCHFILTERS_FULL_GRID=1`` (``make test-full``) makes every ``grid`` the
+full cross product and loads the ``full`` Hypothesis profile (many more
+examples).  Hypothesis profiles: ``ci`` (chosen when ``CI`` is set: fixed
+seeds, no example database), ``dev`` (the default: random seeds, database in
+the git-ignored ``.hypothesis/``), ``full``; ``HYPOTHESIS_PROFILE`` picks one
+explicitly.  ``deadline=None`` everywhere: numba compiles kernels on first use.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import itertools
 import math
 import os
 
@@ -19,6 +40,8 @@ import numpy as np
 import pytest
 import scipy.ndimage as ndi
 import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 import torchfilters
 from torchfilters import backends
@@ -47,10 +70,19 @@ def engine(request):
     return request.param
 
 
+#: one more axis of every sampled grid: each engine gets its own cases (a fixed seed
+#: is a hash of the test function, the same for every value of a pytest parameter)
+engines = st.sampled_from(ENGINES)
+
+
+def runs(engine: str, dtype: torch.dtype, device: str = "cpu") -> bool:
+    """Whether ``engine`` declares it runs ``dtype`` tensors (sampled tests: ``assume`` it)."""
+    return backends.get(engine).available(torch.device(device), dtype)
+
+
 def require_dtype(engine: str, dtype: torch.dtype, device: str = "cpu") -> None:
     """Skip (visibly) when ``engine`` declares it cannot run ``dtype`` tensors."""
-    mod = backends.get(engine)
-    if not mod.available(torch.device(device), dtype):
+    if not runs(engine, dtype, device):
         pytest.skip(f"backend {engine!r} does not run {dtype} on {device}")
 
 
@@ -68,10 +100,152 @@ OPERATORS = ("central", "sobel", "scharr", "prewitt")
 DIVISORS = {"central": 2.0, "sobel": 8.0, "scharr": 32.0, "prewitt": 6.0}
 SMOOTH = {"central": None, "sobel": [1.0, 2.0, 1.0], "scharr": [3.0, 10.0, 3.0], "prewitt": [1.0, 1.0, 1.0]}
 BINOMIAL = np.outer([1.0, 2.0, 1.0], [1.0, 2.0, 1.0]) / 16.0
+#: float dtypes besides float64
+LOW_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+# strategies for the sampled cases of the grids above
+modes = st.sampled_from(MODES)
+base_modes = st.sampled_from(BASE_MODES)
+operators = st.sampled_from(OPERATORS)
+#: the grid's sizes, and any other small image
+sizes = st.sampled_from(SIZES) | st.tuples(st.integers(1, 12), st.integers(1, 12))
+small_sizes = st.sampled_from(SMALL_SIZES) | st.tuples(st.integers(1, 9), st.integers(1, 9))
 
 
 def size_id(hw):
     return f"{hw[0]}x{hw[1]}"
+
+
+# ------------------------------------------------------------ grids, profiles
+
+
+def _truthy(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+#: ``TORCHFILTERS_FULL_GRID=1``: every ``grid`` is the whole cross product
+FULL_GRID = _truthy("TORCHFILTERS_FULL_GRID")
+CI = _truthy("CI")
+
+_COMMON = {
+    "deadline": None,  # numba compiles on first use: seconds for the first example of a kernel
+    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    "print_blob": True,
+}
+settings.register_profile("dev", max_examples=20, **_COMMON)
+settings.register_profile("ci", max_examples=20, derandomize=True, database=None, **_COMMON)
+settings.register_profile("full", max_examples=400, derandomize=CI, database=None if CI else settings.default.database,
+                          **_COMMON)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("full" if FULL_GRID else "ci" if CI else "dev")
+settings.load_profile(PROFILE)
+#: ``examples(n)`` budgets scale by this in the ``full`` profile
+EXAMPLE_SCALE = 20 if PROFILE == "full" else 1
+
+
+def examples(n: int):
+    """``@settings`` for a sampled test worth ``n`` examples per run (times 20 in ``full``)."""
+    return settings(max_examples=max(1, n * EXAMPLE_SCALE))
+
+
+def covering(axes, strength=2, extra=()):
+    """A deterministic covering array: rows (tuples, one value per axis) such that every
+    combination of ``strength`` values of any ``strength`` axes appears in some row
+    (``strength=1``: every value of every axis at least once).  ``extra`` rows come first.
+
+    Greedy (AETG-like, no randomness): each new row is the best of a few candidates, each
+    started from an uncovered combination and completed axis by axis with the value that
+    covers most still-uncovered combinations (ties: the value used least so far).
+    """
+    values = [list(v) for v in axes]
+    n = len(values)
+    strength = min(strength, n)
+    rows = [tuple(r) for r in extra]
+    index = [{_key(v): i for i, v in enumerate(vs)} for vs in values]
+
+    def combos(pick):
+        return {tuple((a, pick[a]) for a in c) for c in itertools.combinations(range(n), strength)}
+
+    todo = set()
+    for c in itertools.combinations(range(n), strength):
+        todo.update(tuple(zip(c, p)) for p in itertools.product(*(range(len(values[a])) for a in c)))
+    uses = [[0] * len(vs) for vs in values]
+    for r in rows:
+        pick = [index[a][_key(v)] for a, v in enumerate(r)]
+        todo -= combos(pick)
+        for a in range(n):
+            uses[a][pick[a]] += 1
+
+    def complete(seed):
+        pick = dict(seed)
+        for a in range(n):
+            if a in pick:
+                continue
+            mine = [comb for comb in todo if any(ax == a for ax, _ in comb)]
+            best, best_score = 0, None
+            for i in range(len(values[a])):
+                trial = {**pick, a: i}
+                gain = sum(1 for comb in mine if all(trial.get(ax) == vi for ax, vi in comb))
+                score = (gain, -uses[a][i])
+                if best_score is None or score > best_score:
+                    best, best_score = i, score
+            pick[a] = best
+        return [pick[a] for a in range(n)]
+
+    while todo:
+        ordered = sorted(todo)
+        seeds = ordered[:: max(1, len(ordered) // 8)][:8]
+        candidates = [complete(seed) for seed in seeds]
+        pick = max(candidates, key=lambda p: len(combos(p) & todo))  # first of the best
+        rows.append(tuple(values[a][pick[a]] for a in range(n)))
+        todo -= combos(pick)
+        for a in range(n):
+            uses[a][pick[a]] += 1
+    return rows
+
+
+def _key(v):
+    return repr(v)
+
+
+def value_id(v) -> str:
+    if isinstance(v, torch.dtype):
+        return str(v).replace("torch.", "")
+    if isinstance(v, tuple) and len(v) == 2 and all(isinstance(i, int) for i in v):
+        return size_id(v)
+    return str(v)
+
+
+def grid(argnames: str, *axes, strength=2, extra=()):
+    """``pytest.mark.parametrize`` over the core grid of ``axes`` (one sequence of values per
+    name in ``argnames``): a ``covering`` array, or with ``TORCHFILTERS_FULL_GRID=1`` the whole
+    cross product (``extra`` rows are then part of it, or appended)."""
+    names = [a.strip() for a in argnames.split(",")]
+    assert len(names) == len(axes), (names, len(axes))
+    if FULL_GRID:
+        rows = list(itertools.product(*axes))
+        have = {_key(r) for r in rows}
+        rows += [tuple(r) for r in extra if _key(tuple(r)) not in have]
+    else:
+        rows = covering(axes, strength, extra)
+    return _parametrize(names, rows)
+
+
+def cases(argnames: str, rows, core):
+    """``pytest.mark.parametrize`` over the ``core`` rows of a list of cases (every row of
+    ``rows`` with ``TORCHFILTERS_FULL_GRID=1``): for grids that are lists, not products."""
+    names = [a.strip() for a in argnames.split(",")]
+    rows = [tuple(r) if len(names) > 1 else (r,) for r in rows]
+    core = [tuple(r) if len(names) > 1 else (r,) for r in core]
+    have = {_key(r) for r in rows}
+    assert all(_key(r) in have for r in core), "core cases must be cases"
+    return _parametrize(names, rows if FULL_GRID else core)
+
+
+def _parametrize(names, rows):
+    ids = ["-".join(value_id(v) for v in r) for r in rows]
+    if len(names) == 1:
+        rows = [r[0] for r in rows]
+    return pytest.mark.parametrize(names if len(names) > 1 else names[0], rows, ids=ids)
 
 
 # --------------------------------------------------------------------- inputs
@@ -346,3 +520,75 @@ THRESHOLDED = {name for name in OPS if name.startswith("selective_blur") and nam
 
 def op_out_shape(name, shape):
     return tuple(shape[:-2]) + (2,) + tuple(shape[-2:]) if name == "gradient-sobel" else tuple(shape)
+
+
+# ------------------------------------------------------ frames of a test call
+
+
+def _big_frame_runner(slots):
+    """``run(fn, *args, **kwargs)``: ``fn(*args, **kwargs)`` called from a frame of ``slots``
+    local variables (never assigned: only the frame's size matters)."""
+    names = ",".join(f"_{i}" for i in range(slots))
+    src = f"def run(fn, /, *args, **kwargs):\n    if 0:\n        {names} = None\n    return fn(*args, **kwargs)\n"
+    namespace = {}
+    exec(compile(src, "<conftest: big frame>", "exec"), namespace)
+    return namespace["run"]
+
+
+#: 512 KiB of locals: its data-stack chunk is 1 MiB, about half of it free for the test's frames
+_run_in_big_frame = _big_frame_runner(65536)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Run each test function from a frame that starts a large data-stack chunk.
+
+    CPython 3.11 keeps Python frames on a per-thread stack of chunks, 16 KiB each, mapped
+    with ``mmap``, and unmaps a chunk as soon as the first frame in it returns.  A hot loop
+    whose calls cross a chunk boundary maps and unmaps a chunk on every call, each a few page
+    faults: where the test function's frame sits depends on the runner's call depth, and in
+    xdist workers the Triton interpreter's call pattern sat on a boundary -- 546,000 16 KiB
+    mmap/munmap pairs and 3.3 s of system time in one 7 s test, which took 2.5 s outside
+    pytest, and several interpreted tests ran 3-5x slower.  Called from a frame too big for
+    the current chunk, the test gets a fresh 1 MiB chunk whose free half holds its frames.
+    """
+    fn = pyfuncitem.obj
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        return (yield)  # pytest refuses these before calling them
+    pyfuncitem.obj = functools.partial(_run_in_big_frame, fn)
+    try:
+        return (yield)
+    finally:
+        pyfuncitem.obj = fn
+
+
+# ------------------------------------------------------------ worker shutdown
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    """Collect the garbage and freeze the heap in xdist workers before they report "finished".
+
+    After the controller has every worker's "finished" it closes the gateways, and execnet
+    gives a worker's execution 5 s to end before it sends the worker a SIGINT.  What the
+    worker still runs then is pytest's unconfigure and cleanup, each a full ``gc.collect()``
+    (the unraisable-exception plugin), over a heap of over half a million objects (torch,
+    numba, Triton, Hypothesis, the collected items): about a second each on a quiet machine,
+    several on a loaded one.  Past 5 s the SIGINT lands while the collector runs, where the
+    only Python code executing is Hypothesis' ``gc_callback`` (it times collections), so a
+    ``KeyboardInterrupt`` traceback from ``gc_callback`` is printed at shutdown.
+
+    This hook runs inside xdist's ``pytest_sessionfinish`` wrapper, before "finished" is
+    sent: one collection here (still under pytest's unraisable hook), then ``gc.freeze()``
+    moves the survivors to the permanent generation, which later collections skip, so the
+    worker's remaining teardown takes milliseconds.  At exit (after execnet's wait) they are
+    unfrozen, so that the interpreter's last collection still frees them (nanobind, under
+    Triton, reports objects left alive at exit as leaks).
+    """
+    if hasattr(session.config, "workerinput"):
+        import atexit
+        import gc
+
+        gc.collect()
+        gc.freeze()
+        atexit.register(gc.unfreeze)

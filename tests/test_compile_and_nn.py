@@ -8,12 +8,21 @@ there is one inductor compile (forward and backward) and one cheap
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
 
 import torchfilters as tf
 from conftest import assert_close, rand
+
+# Inductor's FX passes import torch.utils.mkldnn, whose classes torch itself still defines with
+# the deprecated ``@torch.jit.script_method`` (14 DeprecationWarnings from torch's own code, at
+# import).  Nothing here uses TorchScript; import that module once, quietly, so that the
+# warning still shows for any other use.
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", r"`torch\.jit\.script_method` is deprecated", DeprecationWarning)
+    import torch.utils.mkldnn
 
 
 def _model(x, mask):

@@ -1,5 +1,9 @@
 """Dtypes (fp16, bf16, fp32, integers) and memory layouts (non-contiguous, channels_last,
-expanded), ``out=``, and inputs never being modified."""
+expanded), ``out=``, and inputs never being modified.
+
+The op x dtype x mode grids run as covering arrays with the engine as one more axis (every
+op in every dtype, on one engine; every engine with every op and every dtype) and as sampled
+cases; ``make test-full`` runs the cross products on every engine."""
 
 from __future__ import annotations
 
@@ -8,9 +12,28 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 import torchfilters as tf
-from conftest import CVAL, OPS, THRESHOLDED, assert_angles_close, assert_close, away_from, op_out_shape, rand, require_dtype
+from conftest import (
+    CVAL,
+    ENGINES,
+    LOW_DTYPES,
+    OPS,
+    THRESHOLDED,
+    assert_angles_close,
+    assert_close,
+    away_from,
+    engines,
+    examples,
+    grid,
+    modes,
+    op_out_shape,
+    rand,
+    require_dtype,
+    runs,
+)
 
 OP_NAMES = sorted(OPS)
 SHAPE = (2, 3, 7, 9)
@@ -33,9 +56,7 @@ def _base(name, shape=SHAPE, seed=0, dtype=torch.float64):
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.2e-2, torch.float32: 2e-6}
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("mode", ["reflect", "constant"])
-@pytest.mark.parametrize("name", OP_NAMES)
+@grid("engine, name, mode, dtype", ENGINES, OP_NAMES, ("reflect", "constant"), LOW_DTYPES)
 def test_low_precision_forward_within_rounding_of_float64(engine, name, mode, dtype):
     require_dtype(engine, dtype)
     x = _base(name, seed=1).to(dtype)
@@ -48,12 +69,20 @@ def test_low_precision_forward_within_rounding_of_float64(engine, name, mode, dt
         assert_close(y, ref, rtol=TOL[dtype])
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("name", OP_NAMES)
+@examples(10)
+@given(engine=engines, name=st.sampled_from(OP_NAMES), mode=modes, dtype=st.sampled_from(LOW_DTYPES))
+def test_low_precision_forward_sampled(engine, name, mode, dtype):
+    assume(runs(engine, dtype))
+    test_low_precision_forward_within_rounding_of_float64(engine, name, mode, dtype)
+
+
+#: 1/|g|^2 amplifies rounding where |g| is small; float32/float64 gradcheck covers it
+BACKWARD_NAMES = [n for n in OP_NAMES if not n.startswith("gradient_direction")]
+
+
+@grid("engine, name, dtype", ENGINES, BACKWARD_NAMES, LOW_DTYPES)
 def test_low_precision_backward_within_rounding_of_float64(engine, name, dtype):
     require_dtype(engine, dtype)
-    if name.startswith("gradient_direction"):
-        pytest.skip("1/|g|^2 amplifies rounding where |g| is small; float32/float64 gradcheck covers it")
     x = _base(name, seed=2).to(dtype).requires_grad_(True)
     y = _run(name, x, engine, mode="wrap")
     g = rand(*y.shape, seed=3).to(dtype)
@@ -65,8 +94,14 @@ def test_low_precision_backward_within_rounding_of_float64(engine, name, dtype):
     assert_close(gx, gref, rtol=2 * TOL[dtype])
 
 
-@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64], ids=str)
-@pytest.mark.parametrize("name", OP_NAMES)
+@examples(10)
+@given(engine=engines, name=st.sampled_from(BACKWARD_NAMES), dtype=st.sampled_from(LOW_DTYPES))
+def test_low_precision_backward_sampled(engine, name, dtype):
+    assume(runs(engine, dtype))
+    test_low_precision_backward_within_rounding_of_float64(engine, name, dtype)
+
+
+@grid("engine, name, dtype", ENGINES, OP_NAMES, (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64))
 def test_integer_inputs_promote_to_float32_without_wraparound(engine, name, dtype):
     info = torch.iinfo(dtype)
     lo, hi = max(info.min, -30000), min(info.max, 30000)
@@ -173,8 +208,7 @@ def test_inputs_are_never_modified(engine, name):
 # ------------------------------------------------------------------------- out=
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-@pytest.mark.parametrize("name", OP_NAMES)
+@grid("engine, name, dtype", ENGINES, OP_NAMES, (torch.float32, torch.float64))
 def test_out_writes_and_returns_out(engine, name, dtype):
     x = _base(name, seed=11).to(dtype)
     ref = _run(name, x, engine, mode="mirror")

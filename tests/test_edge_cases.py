@@ -50,7 +50,13 @@ def test_reference_backward_is_contiguous_in_constant_mode():
     assert gx.is_contiguous()
 
 
-def test_forward_mode_ad_is_refused_not_silently_zero():
+def test_forward_mode_ad_is_refused_not_silently_zero(monkeypatch):
+    # ``fwAD.make_dual`` (also under ``torch.func.jvp``) first imports
+    # ``torch._decomp.decompositions_for_jvp`` unless TorchScript is off (``PYTORCH_JIT=0``,
+    # read at that call); that module compiles its decompositions with the deprecated
+    # ``torch.jit.script`` (18 DeprecationWarnings).  They are TorchScript formulas for a few
+    # aten ops; ours have no forward-mode formula at all, which is what this test checks.
+    monkeypatch.setenv("PYTORCH_JIT", "0")
     x = torch.randn(4, 4, dtype=torch.float64)
     v = torch.randn(4, 4, dtype=torch.float64)
     with pytest.raises(NotImplementedError, match="forward-mode"):

@@ -3,6 +3,9 @@
 Oracle (conftest.sp_selective_blur):
   blend:      where(m, correlate(x, w), x)
   normalized: where(m & den > 0, correlate(m*x, w, cval=0) / den, x),  den = correlate(m, w, cval=0)
+
+The variant x size x mode grid runs as a core grid on every engine (every pair of values of
+two axes in some case) and as sampled cases of the whole grid; ``make test-full`` runs it all.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import torchfilters as tf
 from conftest import (
@@ -21,9 +26,14 @@ from conftest import (
     SIZES,
     assert_close,
     border_band,
+    engines,
+    examples,
+    grid,
+    modes,
     pattern_mask,
     rand,
     size_id,
+    sizes,
     sp_selective_blur,
 )
 
@@ -56,9 +66,7 @@ VARIANTS = (
 )
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("hw", SIZES, ids=size_id)
-@pytest.mark.parametrize("variant", VARIANTS)
+@grid("variant, hw, mode", VARIANTS, SIZES, MODES)
 def test_selective_blur_matches_scipy_oracle(engine, variant, hw, mode):
     x = rand(*LEAD, *hw, seed=20)
     kw = _variant(variant, hw)
@@ -66,6 +74,12 @@ def test_selective_blur_matches_scipy_oracle(engine, variant, hw, mode):
     y = tf.selective_blur(x, threshold, mode=mode, cval=CVAL, backend=engine, **kw)
     assert y.shape == x.shape and y.dtype == x.dtype
     assert_close(y, sp_selective_blur(x, threshold, mode=mode, cval=CVAL, **kw))
+
+
+@examples(25)
+@given(engine=engines, variant=st.sampled_from(VARIANTS), hw=sizes, mode=modes)
+def test_selective_blur_matches_scipy_oracle_sampled(engine, variant, hw, mode):
+    test_selective_blur_matches_scipy_oracle(engine, variant, hw, mode)
 
 
 def test_default_kernel_is_the_3x3_binomial(engine):

@@ -13,6 +13,10 @@ millisecond per Triton op, so shapes are tiny and the grid is a covering
 design rather than a full cross product: every op in every mode (float64,
 tight tolerance), every dtype on a subset, plus the special paths (tiles,
 border bands, runtime loops, u buffers, layouts, NaN, out=).
+
+``make test`` runs a core of each list of cases (every op once, the modes in
+turn; every dtype twice; each special path on a subset of its ops) and a few
+sampled cases of the op x mode grid; ``make test-full`` runs every case.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import sys
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import torchfilters as tf
 from torchfilters import _spec, backends
@@ -35,6 +41,8 @@ pytest.importorskip("triton")
 from conftest import (  # noqa: E402
     BASE_MODES,
     assert_angles_close,
+    cases,
+    examples,
     pattern_mask,
     rand,
     sp_gaussian_filter,
@@ -185,9 +193,16 @@ RECOMPUTE_MODES = {
     "selective_blur-mask-normalized": ("constant",),
 }
 GRID = [(n, m) for n in CASES for m in RECOMPUTE_MODES.get(n, BASE_MODES)]
+#: the two costliest recompute backwards (about 10 s each here); their kernels are the ones
+#: gradient_magnitude-scharr-normalized (3x3 operator magnitude) and
+#: selective_blur-mask-normalized / -sigma-normalized-keep_border (normalized blur) run
+HEAVY = ("gradient_magnitude-sobel", "selective_blur-normalized")
+#: every other op once, the modes in turn (each mode four or five times, every shape)
+CORE = [(n, RECOMPUTE_MODES.get(n, BASE_MODES)[k % len(RECOMPUTE_MODES.get(n, BASE_MODES))])
+        for k, n in enumerate(CASES) if n not in HEAVY]
 
 
-@pytest.mark.parametrize("name, mode", GRID)
+@cases("name, mode", GRID, CORE)
 def test_every_op_every_mode_float64(T, name, mode):
     i = list(CASES).index(name) + BASE_MODES.index(mode)
     shape = SHAPES[i % len(SHAPES)]
@@ -195,24 +210,42 @@ def test_every_op_every_mode_float64(T, name, mode):
     check_against_reference(T, name, x, mode, 1e-12)
 
 
+@examples(3)
+@given(case=st.sampled_from(GRID))
+def test_every_op_every_mode_float64_sampled(T, case):
+    test_every_op_every_mode_float64(T, *case)
+
+
 DTYPE_GRID = [
     ("gradient_magnitude-central", "reflect"),
     ("gradient-prewitt", "constant"),
     ("selective_blur", "wrap"),
 ]
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+DTYPE_EXTRA = {
+    torch.float16: [("gradient_direction-central", "mirror"), ("correlate", "nearest")],
+    torch.bfloat16: [("selective_blur-sigma-normalized-keep_border", "nearest"), ("gaussian_filter", "mirror")],
+    torch.float32: [("selective_blur-mask", "mirror"), ("convolve1d-y", "wrap")],
+}
+DTYPE_CASES = [(dt, n, m) for dt in DTYPES for n, m in DTYPE_GRID + DTYPE_EXTRA[dt]]
+#: each dtype: one of DTYPE_GRID (in turn) and its first extra case
+DTYPE_CORE = [(dt, *DTYPE_GRID[k]) for k, dt in enumerate(DTYPES)] + [(dt, *DTYPE_EXTRA[dt][0]) for dt in DTYPES]
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
-def test_low_precision_dtypes(T, dtype):
+@cases("dtype, name, mode", DTYPE_CASES, DTYPE_CORE)
+def test_low_precision_dtypes(T, dtype, name, mode):
     """float32 arithmetic for every dtype: one rounding to the output dtype away from the
     reference (which also computes in float32)."""
     tol = {torch.float32: 2e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
-    extra = {torch.float16: [("gradient_direction-central", "mirror"), ("correlate", "nearest")],
-             torch.bfloat16: [("selective_blur-sigma-normalized-keep_border", "nearest"), ("gaussian_filter", "mirror")],
-             torch.float32: [("selective_blur-mask", "mirror"), ("convolve1d-y", "wrap")]}[dtype]
-    for k, (name, mode) in enumerate(DTYPE_GRID + extra):
-        x = rand(2, 5, 6, seed=k, dtype=dtype)
-        check_against_reference(T, name, x, mode, tol)
+    k = (DTYPE_GRID + DTYPE_EXTRA[dtype]).index((name, mode))
+    x = rand(2, 5, 6, seed=k, dtype=dtype)
+    check_against_reference(T, name, x, mode, tol)
+
+
+@examples(2)
+@given(case=st.sampled_from(DTYPE_CASES))
+def test_low_precision_dtypes_sampled(T, case):
+    test_low_precision_dtypes(T, *case)
 
 
 # ----------------------------------------------------------- special paths
@@ -227,18 +260,20 @@ def small_tiles(T):
     T.set_tile_limits(**old)
 
 
-@pytest.mark.parametrize(
-    "name, mode",
-    [
-        ("gaussian_filter", "reflect"),
-        ("gaussian_gradient_magnitude", "mirror"),
-        ("gradient_magnitude-central", "wrap"),
-        ("selective_blur-sigma-normalized-keep_border", "nearest"),
-        ("selective_blur-weights-keep_border", "constant"),
-        ("correlate", "nearest"),
-        ("gradient-prewitt", "mirror"),
-    ],
-)
+MULTI_TILE = [
+    ("gaussian_filter", "reflect"),
+    ("gaussian_gradient_magnitude", "mirror"),
+    ("gradient_magnitude-central", "wrap"),
+    ("selective_blur-sigma-normalized-keep_border", "nearest"),
+    ("selective_blur-weights-keep_border", "constant"),
+    ("correlate", "nearest"),
+    ("gradient-prewitt", "mirror"),
+]
+
+
+#: separable passes and the magnitude epilogue (gaussian_gradient_magnitude), a blur, a dense
+#: kernel, a stacked gradient
+@cases("name, mode", MULTI_TILE, [MULTI_TILE[i] for i in (1, 4, 5, 6)])
 def test_multi_tile(T, small_tiles, name, mode):
     x = rand(3, 5, 7, seed=3)
     check_against_reference(T, name, x, mode, 1e-12)
@@ -253,32 +288,36 @@ def runtime_loops(T, monkeypatch):
     T._PLANS.clear()
 
 
-@pytest.mark.parametrize(
-    "name, mode",
-    [
-        ("gradient_magnitude-central", "reflect"),
-        ("gradient_direction-central", "nearest"),
-        ("selective_blur", "mirror"),
-        ("gradient-prewitt", "constant"),
-        ("correlate", "wrap"),
-    ],
-)
+RUNTIME_LOOPS = [
+    ("gradient_magnitude-central", "reflect"),
+    ("gradient_direction-central", "nearest"),
+    ("selective_blur", "mirror"),
+    ("gradient-prewitt", "constant"),
+    ("correlate", "wrap"),
+]
+
+
+#: (the direction recomputes its stencils in the backward as the magnitude does)
+@cases("name, mode", RUNTIME_LOOPS, RUNTIME_LOOPS[1:])
 def test_runtime_tap_loops(T, runtime_loops, name, mode):
     check_against_reference(T, name, rand(2, 4, 5, seed=5), mode, 1e-12)
 
 
-@pytest.mark.parametrize("recompute_max", [0, 10_000], ids=["u-buffer", "recompute"])
-@pytest.mark.parametrize(
-    "name, mode",
-    [
-        ("gradient_magnitude-central", "mirror"),
-        ("gradient_direction-central", "reflect"),
-        ("selective_blur-mask-normalized", "constant"),
-    ],
-)
-def test_recompute_or_u_buffer(T, monkeypatch, recompute_max, name, mode):
+RECOMPUTE = [
+    ("gradient_magnitude-central", "mirror"),
+    ("gradient_direction-central", "reflect"),
+    ("selective_blur-mask-normalized", "constant"),
+]
+RECOMPUTE_CASES = [(path, n, m) for n, m in RECOMPUTE for path in ("u-buffer", "recompute")]
+
+
+#: the u buffer for each, the recompute (the default for these small footprints, which the
+#: op grid runs) for one
+@cases("path, name, mode", RECOMPUTE_CASES, [("u-buffer", n, m) for n, m in RECOMPUTE] + [("recompute", *RECOMPUTE[0])])
+def test_recompute_or_u_buffer(T, monkeypatch, path, name, mode):
     """Magnitude / direction / normalized backward: per-neighbour recompute (fused, small
     footprints) and the u buffer (large footprints) give the same gradient."""
+    recompute_max = {"u-buffer": 0, "recompute": 10_000}[path]
     monkeypatch.setattr(T, "_RECOMPUTE_MAX", recompute_max)
     T._PLANS.clear()
     try:
