@@ -9,8 +9,10 @@ interpret.
 
 Modules: ``prims`` (numba primitives), ``tables`` (plan array layout), ``plan``
 (spec to plan tables, call layouts), ``forward`` (tiled forward engine), ``adjoint``
-(tiled backward engine), ``direct`` (the direct 3x3 path), ``buffers`` (the output
-cache), ``threads`` (the thread pool), ``cache`` (where compiled kernels are cached).
+(tiled backward engine), ``direct`` (the direct 3x3 path), ``separable`` (symmetric
+separable specs: register-blocked fused passes), ``simd`` (explicit vectors for it),
+``buffers`` (the output cache), ``threads`` (the thread pool), ``cache`` (where compiled
+kernels are cached).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .direct import _d3_plan
 from .forward import _K_FILTER_FWD, _k_blur_fwd
 from .plan import _blocking, _info, _plan, _prepare, _small
 from .prims import _CARRIER, _DTYPES
+from .separable import _k_sep, inplace_ok, sep_info, sep_plan
 from .tables import R_O, R_X
 from .threads import _launch, _threads
 
@@ -57,6 +60,9 @@ def filter_forward(x, spec: FilterSpec, out=None):
     N = x.numel() // (H * W)
     nt = _threads()
     o = _alloc(spec.out_shape(x.shape), x.dtype) if out is None else out
+    sinfo = sep_info(spec)
+    if sinfo is not None:
+        return _sep_forward(x, o, sinfo, H, W, N, nt)
     ok = o.dim() == x.dim() + 1
     x, o2, _, _, L, tmp = _prepare(x, o, ok)
     d3 = _d3_plan(info, H, W, N, nt, x.element_size(), o2.data_ptr() % x.element_size() == 0)
@@ -67,6 +73,21 @@ def filter_forward(x, spec: FilterSpec, out=None):
     else:
         P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
         _launch(_K_FILTER_FWD[info[1]], args + (P, F, L), -(-N // mp) * per, nt, _small(N, H, W))
+    if tmp:
+        o.copy_(o2)
+    return o
+
+
+def _sep_forward(x, o, sinfo, H, W, N, nt):
+    """The symmetric separable path (``separable``)."""
+    x, o2, _, _, L, tmp = _prepare(x, o, False)
+    isz = x.element_size()
+    native = x.dtype in (torch.float32, torch.float64)
+    inplace = native and x.data_ptr() % isz == 0 and inplace_ok(x, isz, sinfo)
+    direct = native and (o2.stride(-1) == 1 or W == 1) and o2.data_ptr() % isz == 0
+    P, F, nitems = sep_plan(sinfo, H, W, N, nt, 8 if x.dtype == torch.float64 else 4)
+    _launch(_k_sep, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L, inplace, direct), nitems, nt,
+            _small(N, H, W))
     if tmp:
         o.copy_(o2)
     return o
