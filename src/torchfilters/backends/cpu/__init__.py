@@ -23,6 +23,7 @@ import torch
 
 from ..._spec import BlurSpec, FilterSpec
 from .. import reference
+from .._lowering import lower
 from . import cache
 
 cache.install()  # before the kernel modules: their decorators pick the cache locator
@@ -53,6 +54,7 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 def filter_forward(x, spec: FilterSpec, out=None):
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.filter_forward(x, spec, out)
@@ -94,6 +96,7 @@ def _sep_forward(x, o, sinfo, H, W, N, nt):
 
 
 def filter_backward(grad, x, spec: FilterSpec, out=None):
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.filter_backward(grad, x, spec, out)
@@ -128,6 +131,7 @@ def _threshold(x, threshold):
 
 
 def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.blur_forward(x, mask, spec, threshold, out)
@@ -149,6 +153,7 @@ def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
 
 
 def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.blur_backward(grad, x, mask, spec, threshold, out)
