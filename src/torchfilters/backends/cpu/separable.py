@@ -36,7 +36,7 @@ from numba.extending import overload
 
 from ..._spec import FilterSpec
 from .plan import _small
-from .prims import _JIT, _cvt, _ld, _ptr, _st
+from .prims import _JIT, _cvt, _ld, _line, _prefetch_r, _ptr, _st
 from .simd import VBYTES, _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vrev, _vsplat, _vst, _vstm, _vtaps2, _vwts
 from .tables import L_N, R_O, R_X, _poff
 
@@ -407,6 +407,23 @@ def _pad_rows(V, VS, G, nr, W, c0, cw, mode, C, L):
 
 
 @njit(**_JIT)
+def _prefetch_rows(x, P, fold, i0, n, xb, sH, sW, sgo, nsg):
+    """Prefetch the segments of image rows ``i0 .. i0+n`` (folded; contiguous rows only)."""
+    if sW != 1:
+        return
+    step = _line(x)
+    for i in range(i0, i0 + n):
+        fi = P[fold + i]
+        if fi < 0:
+            continue
+        for sg in range(nsg):
+            e = sgo + 3 * sg
+            a = xb + fi * sH + P[e]
+            for j in range(0, P[e + 2], step):
+                _prefetch_r(x, a + j)
+
+
+@njit(**_JIT)
 def _copy_row(T, t0, x, xa, sW, n):
     """``n`` samples of the input (any storage dtype, stride ``sW``) into the tile (compute dtype)."""
     if sW == 1:
@@ -503,6 +520,12 @@ def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, it0, it1):
                             else:
                                 _copy_row(T, slot + tcol, x, xb + fi * xsH + P[e] * xsW, xsW, n)
                             tcol += -(-n // L) * L
+                    # ask for the rows the next block copies (the next item's first ones after the
+                    # last block): their DRAM traffic overlaps this block's passes
+                    if blk + 1 < nblk:
+                        _prefetch_rows(x, P, fold, ra - E + blk * R + R + 2 * E, R, xb, xsH, xsW, sgo, nsg)
+                    elif it + 1 < it1 and (it + 1) % NB != 0:
+                        _prefetch_rows(x, P, fold, rb + E, R, xb, xsH, xsW, sgo, nsg)
                 # vertical pass of every segment: intermediate row t <-> output row ra + blk*R + t
                 tcol = 0
                 for sg in range(nsg):
