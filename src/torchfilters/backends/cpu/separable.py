@@ -36,8 +36,8 @@ from numba.extending import overload
 
 from ..._spec import FilterSpec
 from .plan import _small
-from .prims import _JIT, _cvt, _ld, _line, _prefetch_r, _ptr, _st
-from .simd import VBYTES, _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vrev, _vsplat, _vst, _vstm, _vtaps2, _vwts
+from .prims import _JIT, _cvt, _fence, _ld, _line, _prefetch_r, _ptr, _st
+from .simd import VBYTES, _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vrev, _vsplat, _vst, _vstm, _vstnt, _vtaps2, _vwts
 from .tables import L_N, R_O, R_X, _poff
 
 # =============================================================================
@@ -335,7 +335,15 @@ def _vblock(V, v0, VS, rows, m0, s0, n, w, r, L, fz):
 
 
 @njit(inline="always", **_JIT)
-def _hpair(O, oq, V, q, n, w0, nz, WT, w, r, L, hoisted):
+def _stv_out(p, i, v, n, L, nt):
+    if nt and n >= L:
+        _vstnt(p, i, v)
+    else:
+        _stv(p, i, v, n, L)
+
+
+@njit(inline="always", **_JIT)
+def _hpair(O, oq, V, q, n, w0, nz, WT, w, r, L, hoisted, nt):
     """Two output vectors of the horizontal pass: ``O[oq .. oq + n)`` from ``V[q - r .. q + n + r)``."""
     a0 = _vmul(w0, _vld(V, q))
     b0 = _vmul(w0, _vld(V, q + L))
@@ -349,27 +357,28 @@ def _hpair(O, oq, V, q, n, w0, nz, WT, w, r, L, hoisted):
             a0, a1, b0, b1 = _vtaps2(a0, a1, b0, b1, _vld(V, q - k0 - L), _vld(V, q - k0), _vld(V, q - k0 + L),
                                      V, q, _vwts(w, k0), k0, r)
             k0 += L
-    _stv(O, oq, _vadd(a0, a1), n, L)
+    _stv_out(O, oq, _vadd(a0, a1), n, L, nt)
     if n > L:
-        _stv(O, oq + L, _vadd(b0, b1), n - L, L)
+        _stv_out(O, oq + L, _vadd(b0, b1), n - L, L, nt)
 
 
 @njit(**_JIT)
-def _hrows(O, o0, ostride, V, VS, G, nr, cw, w, r, L):
+def _hrows(O, o0, ostride, V, VS, G, nr, cw, w, r, L, nt):
     """The horizontal pass of ``nr`` padded rows (row t: ``V[t*VS + G - r .. t*VS + G + cw + r)``)
     into ``O[o0 + t*ostride .. + cw)``, two output vectors at a time.  With at most one vector
-    of taps (``r <= lanes``) their broadcast weights stay in registers for all the rows."""
+    of taps (``r <= lanes``) their broadcast weights stay in registers for all the rows.
+    ``nt``: whole output vectors are non-temporal line stores (their addresses 64-byte aligned)."""
     w0 = _vsplat(w, 0)
     nz = _vnz(w)
     WT = _vwts(w, 0)
     if r <= L:
         for t in range(nr):
             for j in range(0, cw, 2 * L):
-                _hpair(O, o0 + t * ostride + j, V, t * VS + G + j, min(cw - j, 2 * L), w0, nz, WT, w, r, L, True)
+                _hpair(O, o0 + t * ostride + j, V, t * VS + G + j, min(cw - j, 2 * L), w0, nz, WT, w, r, L, True, nt)
     else:
         for t in range(nr):
             for j in range(0, cw, 2 * L):
-                _hpair(O, o0 + t * ostride + j, V, t * VS + G + j, min(cw - j, 2 * L), w0, nz, WT, w, r, L, False)
+                _hpair(O, o0 + t * ostride + j, V, t * VS + G + j, min(cw - j, 2 * L), w0, nz, WT, w, r, L, False, nt)
 
 
 @njit(**_JIT)
@@ -435,9 +444,10 @@ def _copy_row(T, t0, x, xa, sW, n):
 
 
 @njit(**_JIT)
-def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, it0, it1):
+def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, it0, it1):
     """Work items ``it0 .. it1`` of the separable path (``inplace``: read the input rows in
-    place; ``direct``: store the output vectors straight into the output)."""
+    place; ``direct``: store the output vectors straight into the output; ``stream``: with
+    non-temporal stores)."""
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
     Fa32 = _cvt(carrier, Fa)
@@ -546,11 +556,13 @@ def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, it0, it1):
                             V[t * VS + dst] = cval if src < 0 else V[t * VS + src]
                 i0 = ra + blk * R
                 if direct:
-                    _hrows(O, ob + i0 * osH + c0, osH, V, VS, G, nr, cw, wh, rh, L)
+                    _hrows(O, ob + i0 * osH + c0, osH, V, VS, G, nr, cw, wh, rh, L, stream)
                 else:
-                    _hrows(OB, 0, VS, V, VS, G, nr, cw, wh, rh, L)
+                    _hrows(OB, 0, VS, V, VS, G, nr, cw, wh, rh, L, False)
                     for t in range(nr):
                         orow = ob + (i0 + t) * osH + c0 * osW
                         for j in range(cw):
                             _st(o, orow + j * osW, OB[t * VS + j])
+    if stream:
+        _fence()
     return vbuf.size + tbuf.size + cbuf.size + rows.size + obuf.size + Pa.size + La.size

@@ -11,7 +11,8 @@ lanes; float64: 8 or 4).  Wider logical vectors would only be split by LLVM, nar
 waste half the machine.  numba's disk cache keys compiled code on the host CPU, so a cache
 never crosses machines with a different width.
 
-Operations: ``_vld`` / ``_vst`` (unaligned load/store), ``_vldm`` / ``_vstm`` (the first ``n``
+Operations: ``_vld`` / ``_vst`` (unaligned load/store), ``_vstnt`` (a non-temporal line store),
+``_vldm`` / ``_vstm`` (the first ``n``
 lanes, masked: tails never touch memory past them), ``_vsplat`` (broadcast ``p[i]``),
 ``_vadd``, ``_vmul``, ``_vfma`` (``a*b + c`` through ``llvm.fmuladd``: one rounding where the
 host has FMA, as every AVX2 and AVX-512 machine does), ``_vnz`` (``-0.0``), ``_vrev`` (lanes reversed),
@@ -141,6 +142,22 @@ def _vst(typingctx, p, i, v):
     def codegen(context, builder, sig, args):
         vt = args[2].type
         builder.store(args[2], _vptr(builder, args[0], args[1], vt), align=_esize(vt))
+        return context.get_dummy_value()
+
+    return types.void(p, i, v), codegen
+
+
+@intrinsic
+def _vstnt(typingctx, p, i, v):
+    """``p[i : i + lanes] = v`` with a non-temporal store (``p + i`` 64-byte aligned, the vector
+    a whole cache line): the line goes to memory without being read first (``prims._fence``
+    orders it)."""
+    _check_ptr(p)
+
+    def codegen(context, builder, sig, args):
+        vt = args[2].type
+        st = builder.store(args[2], _vptr(builder, args[0], args[1], vt), align=64)
+        st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
         return context.get_dummy_value()
 
     return types.void(p, i, v), codegen
