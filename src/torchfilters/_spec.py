@@ -26,6 +26,7 @@ import math
 import sys
 from typing import NamedTuple, Tuple
 
+import numpy as np
 import torch
 
 Taps = Tuple[float, ...]
@@ -127,10 +128,45 @@ def _assume_constant_result(fn):
 
 _NONFINITE = {"<inf>": float("inf"), "<-inf>": float("-inf"), "<nan>": float("nan")}
 
+#: tap tuples at least this long travel as one ``"<taps:...>"`` string (see :func:`_pack`)
+_PACK_MIN = 64
+
+
+def _pack(t) -> str:
+    """A long tuple of floats as one string literal: ``repr`` of each value, a run of equal
+    values as ``value*count``.  A Gaussian of ``radius=2**20`` has 2M taps, almost all of them
+    exactly 0.0: packed it is a few kilobytes instead of 20 MB, and reading it back is a split
+    instead of ``ast.literal_eval`` of two million literals (30 s)."""
+    a = np.asarray(t, np.float64)
+    # runs of bitwise-equal values (-0.0 and 0.0 differ, NaNs of one bit pattern are equal)
+    bits = a.view(np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], bits[1:] != bits[:-1])))
+    ends = np.append(starts[1:], len(a))
+    parts = []
+    for i, j in zip(starts.tolist(), ends.tolist()):
+        v = repr(float(a[i]))
+        parts.append(v if j - i == 1 else f"{v}*{j - i}")
+    return "<taps:" + " ".join(parts) + ">"
+
+
+def _unpack(text: str):
+    out = []
+    for part in text[6:-1].split(" "):
+        v, _, n = part.partition("*")
+        f = float(v)
+        if n:
+            out.extend((f,) * int(n))
+        else:
+            out.append(f)
+    return tuple(out)
+
 
 def _plain(obj):
-    """Nested tuples of literals; non-finite floats become marker strings."""
+    """Nested tuples of literals; non-finite floats become marker strings, long tuples of floats
+    one packed string."""
     if isinstance(obj, tuple):
+        if len(obj) >= _PACK_MIN and set(map(type, obj)) == {float}:
+            return _pack(obj)
         return tuple(_plain(o) for o in obj)
     if isinstance(obj, float) and not math.isfinite(obj):
         return "<nan>" if obj != obj else ("<inf>" if obj > 0 else "<-inf>")
@@ -140,8 +176,11 @@ def _plain(obj):
 def _unplain(obj):
     if isinstance(obj, tuple):
         return tuple(_unplain(o) for o in obj)
-    if isinstance(obj, str) and obj in _NONFINITE:
-        return _NONFINITE[obj]
+    if isinstance(obj, str):
+        if obj in _NONFINITE:
+            return _NONFINITE[obj]
+        if obj.startswith("<taps:"):
+            return _unpack(obj)
     return obj
 
 
@@ -170,7 +209,7 @@ def decode(text: str):
 
 
 def sep(*passes) -> Stencil:
-    return Stencil("sep", tuple(Pass(a, int(lo), tuple(float(w) for w in taps)) for a, lo, taps in passes))
+    return Stencil("sep", tuple(Pass(a, int(lo), tuple(map(float, taps))) for a, lo, taps in passes))
 
 
 #: SciPy's 2-D ``correlate`` leaves weights with ``|w| <= DBL_EPSILON`` out of the

@@ -83,4 +83,4 @@ def gaussian_kernel1d(sigma: float, order: int, radius: int):
         q = (x[:, None] ** exponent_range).dot(q)
         k = q * phi
     k = k[::-1]  # SciPy correlates with the reversed kernel
-    return tuple(float(v) for v in k)
+    return tuple(k.tolist())

@@ -13,6 +13,7 @@ import torch
 
 from .._spec import BlurSpec, FilterSpec, Stencil
 from .._validate import compute_dtype
+from ._lowering import lower
 
 NAME = "reference"
 
@@ -105,6 +106,7 @@ def _direction(y0, y1):
 
 def filter_compute(x: torch.Tensor, spec: FilterSpec) -> torch.Tensor:
     """Differentiable evaluation in ``x``'s dtype (the compute dtype)."""
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     ys = [apply_stencil(x, st, spec.mode, spec.cval) for st in spec.stencils]
     if spec.epilogue == "magnitude":
         return _magnitude(ys)
@@ -135,6 +137,7 @@ def blur_masks(x: torch.Tensor, mask, spec: BlurSpec, threshold: float):
 
 
 def blur_compute(x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     m, w = blur_masks(x, mask, spec, threshold)
     if not spec.normalized:
         b = apply_stencil(x, spec.stencil, spec.mode, spec.cval)
@@ -191,6 +194,7 @@ def apply_stencil_adjoint(g: torch.Tensor, st: Stencil, mode: str) -> torch.Tens
 
 def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec) -> torch.Tensor:
     """Gradient with respect to ``x`` of :func:`filter_compute` (both in compute dtype)."""
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     sts = spec.stencils
     if spec.epilogue == "stack":
         gs = [g] if len(sts) == 1 else list(g.unbind(-3))
@@ -215,6 +219,7 @@ def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec) -> torch.Tens
 
 
 def blur_vjp(g: torch.Tensor, x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     m, w = blur_masks(x, mask, spec, threshold)
     zero = torch.zeros_like(g)
     if not spec.normalized:

@@ -74,6 +74,7 @@ import triton
 import triton.language as tl
 
 from .._spec import BlurSpec, FilterSpec, Stencil
+from ._lowering import lower
 from .._validate import compute_dtype
 from . import reference as _ref
 from ._layout import collapse_planes
@@ -863,6 +864,7 @@ _PLANS: dict = {}
 
 def _lower(spec, H, W, NP, dtype, device, threshold):
     """Build (and cache) the launch plan of ``spec`` on ``NP`` planes of ``H x W``."""
+    spec = lower(spec, H, W)  # taps folded onto the image's period (a huge radius on a small image)
     # cval's sign is part of the key (-0.0 == 0.0 but pads differently signed zeros)
     key = (spec, math.copysign(1.0, spec.cval), H, W, min(NP, 64), dtype, device, threshold, tuple(_TILE.values()))
     plan = _PLANS.get(key)

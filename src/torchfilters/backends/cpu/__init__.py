@@ -9,8 +9,10 @@ interpret.
 
 Modules: ``prims`` (numba primitives), ``tables`` (plan array layout), ``plan``
 (spec to plan tables, call layouts), ``forward`` (tiled forward engine), ``adjoint``
-(tiled backward engine), ``direct`` (the direct 3x3 path), ``buffers`` (the output
-cache), ``threads`` (the thread pool), ``cache`` (where compiled kernels are cached).
+(tiled backward engine), ``direct`` (the direct 3x3 path), ``separable`` (symmetric
+separable specs: register-blocked fused passes), ``simd`` (explicit vectors for it),
+``buffers`` (the output cache), ``threads`` (the thread pool), ``cache`` (where compiled
+kernels are cached).
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ import torch
 
 from ..._spec import BlurSpec, FilterSpec
 from .. import reference
+from .._lowering import lower
 from . import cache
 
 cache.install()  # before the kernel modules: their decorators pick the cache locator
 
 from .adjoint import _K_FILTER_BWD, _k_blur_bwd
 from .buffers import _alloc, empty_cache
-from .direct import _d3_plan
+from .direct import _STREAM_BYTES, _STREAM_MIN_W, _d3_plan
 from .forward import _K_FILTER_FWD, _k_blur_fwd
 from .plan import _blocking, _info, _plan, _prepare, _small
 from .prims import _CARRIER, _DTYPES
+from .separable import _k_sep, inplace_ok, sep_info, sep_plan
 from .tables import R_O, R_X
 from .threads import _launch, _threads
 
@@ -50,6 +54,7 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
 
 
 def filter_forward(x, spec: FilterSpec, out=None):
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.filter_forward(x, spec, out)
@@ -57,6 +62,9 @@ def filter_forward(x, spec: FilterSpec, out=None):
     N = x.numel() // (H * W)
     nt = _threads()
     o = _alloc(spec.out_shape(x.shape), x.dtype) if out is None else out
+    sinfo = sep_info(spec)
+    if sinfo is not None:
+        return _sep_forward(x, o, sinfo, H, W, N, nt)
     ok = o.dim() == x.dim() + 1
     x, o2, _, _, L, tmp = _prepare(x, o, ok)
     d3 = _d3_plan(info, H, W, N, nt, x.element_size(), o2.data_ptr() % x.element_size() == 0)
@@ -72,7 +80,27 @@ def filter_forward(x, spec: FilterSpec, out=None):
     return o
 
 
+def _sep_forward(x, o, sinfo, H, W, N, nt):
+    """The symmetric separable path (``separable``)."""
+    x, o2, _, _, L, tmp = _prepare(x, o, False)
+    isz = x.element_size()
+    native = x.dtype in (torch.float32, torch.float64)
+    inplace = native and x.data_ptr() % isz == 0 and inplace_ok(x, isz, sinfo)
+    direct = native and (o2.stride(-1) == 1 or W == 1) and o2.data_ptr() % isz == 0
+    # outputs larger than the last-level cache, of wide rows whose vectors are whole lines:
+    # non-temporal stores (no read for ownership: a third less memory traffic)
+    stream = (direct and o2.numel() * isz >= _STREAM_BYTES and W >= _STREAM_MIN_W and o2.data_ptr() % 64 == 0
+              and all(s * isz % 64 == 0 for s in o2.stride()[:-1]))
+    P, F, nitems = sep_plan(sinfo, H, W, N, nt, 8 if x.dtype == torch.float64 else 4)
+    _launch(_k_sep, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L, inplace, direct, stream), nitems,
+            nt, _small(N, H, W))
+    if tmp:
+        o.copy_(o2)
+    return o
+
+
 def filter_backward(grad, x, spec: FilterSpec, out=None):
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.filter_backward(grad, x, spec, out)
@@ -107,6 +135,7 @@ def _threshold(x, threshold):
 
 
 def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.blur_forward(x, mask, spec, threshold, out)
@@ -128,6 +157,7 @@ def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
 
 
 def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
+    spec = lower(spec, x.shape[-2], x.shape[-1])
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.blur_backward(grad, x, mask, spec, threshold, out)

@@ -1,0 +1,175 @@
+"""Host-side rules every engine applies to a spec before planning it, once per ``(spec, H, W)``.
+
+**Folding taps onto the image's period.**  A 1-D pass of a length-``n`` axis computes
+``out[i] = sum_j w_j x[fold(i + lo + j)]``.  Taps whose offsets always read the same sample
+can be merged, so a pass never needs more taps than the axis has distinct readings:
+
+* ``reflect`` (period ``2n``), ``mirror`` (``2n - 2``, ``n > 1``), ``wrap`` (``n``): offsets
+  congruent modulo the period read the same sample for every ``i``;
+* ``nearest``: every offset ``<= -(n-1)`` reads ``x[0]`` and every offset ``>= n-1`` reads
+  ``x[n-1]``, whatever ``i``;
+* ``constant``: every offset ``<= -n`` or ``>= n`` reads ``cval``;
+* an axis of size 1 (any mode but ``constant``): every offset reads ``x[0]``.
+
+A Gaussian of ``radius=2**20`` on an 8x8 image thus becomes a pass of at most ``6n`` taps:
+the engines' tiles, halos and loops are bounded by the image, not by the radius.  Only a
+pass that reaches more than ``2n + 16`` samples away is folded; shorter ones are bounded by
+the image already and stay as they are.
+
+**SciPy's NaN rule survives.**  SciPy's 1-D passes multiply every tap, so a sample reached
+by a zero tap turns an inf into NaN, and one reached by taps of both signs turns an inf into
+``inf - inf``.  Merging keeps that: per class of offsets, the positive taps, the negative taps
+and the zero taps are three separate groups (their sums: exact classes, float64 sums), each
+its own tap.  A pass is contiguous (one weight per offset), so in the periodic modes every
+class gets as many taps as the class with the most groups, the extra ones made by halving a
+group (``S/2 + S/2 == S`` exactly, same sign).  Nothing is ever added that SciPy does not
+multiply.  The sequential ``constant`` correction (``cpu.plan._correction``) is computed
+from the folded passes, which are exactly the original ones as functions of the padded input.
+
+Not folded: ``dense`` stencils (zero weights are outside their footprint, they are the
+user's own arrays), and selective-blur specs with ``keep_border`` (the border band is
+derived from the stencil's reach, which folding would shorten).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._spec import BlurSpec, FilterSpec, Pass, Stencil
+
+__all__ = ["lower", "fold_pass"]
+
+_cache: dict = {}
+_CACHE_MAX = 256
+
+
+def lower(spec, H: int, W: int):
+    """``spec`` with every ``sep`` pass folded onto the image's period (see the module
+    docstring); the very same object when nothing folds.  Cached by identity: decoded specs
+    are cached by text, and a huge spec is never hashed here."""
+    key = (id(spec), H, W)
+    hit = _cache.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    out = _lower(spec, H, W)
+    if len(_cache) >= _CACHE_MAX:
+        _cache.clear()
+    _cache[key] = (spec, out)
+    return out
+
+
+def _lower(spec, H, W):
+    if isinstance(spec, FilterSpec):
+        sts = tuple(_lower_stencil(st, spec.mode, H, W) for st in spec.stencils)
+        if all(a is b for a, b in zip(sts, spec.stencils)):
+            return spec
+        return FilterSpec(spec.mode, spec.cval, spec.epilogue, sts)
+    if isinstance(spec, BlurSpec) and not spec.keep_border:
+        st = _lower_stencil(spec.stencil, spec.mode, H, W)
+        if st is spec.stencil:
+            return spec
+        return BlurSpec(spec.mode, spec.cval, spec.normalized, spec.keep_border, st)
+    return spec
+
+
+def _lower_stencil(st: Stencil, mode: str, H: int, W: int) -> Stencil:
+    if st.kind != "sep":
+        return st
+    passes = tuple(fold_pass(p, H if p.axis == -2 else W, mode) for p in st.passes)
+    if all(a is b for a, b in zip(passes, st.passes)):
+        return st
+    return Stencil("sep", passes, st.lo, st.taps)
+
+
+#: passes reaching at most this far past twice the axis are left alone (see ``_needs_fold``)
+_REACH = 16
+
+
+def _needs_fold(lo: int, k: int, n: int, mode: str) -> bool:
+    """Fold only a pass that reaches well past the image (more than ``2n + 16`` samples from
+    the output): one that does not is bounded by the image already, and keeping it as it
+    is keeps a symmetric pass symmetric (the separable fast path) and every engine's result
+    the same bits as before."""
+    return max(-lo, lo + k - 1) > 2 * n + _REACH
+
+
+def _period(n: int, mode: str) -> int:
+    return {"reflect": 2 * n, "mirror": 2 * n - 2, "wrap": n}[mode]
+
+
+def _groups(cls: np.ndarray, w: np.ndarray, ncls: int):
+    """Per class: (sum of positive taps, sum of negative taps, has a zero tap), as arrays."""
+    pos = np.bincount(cls, weights=np.where(w > 0, w, 0.0), minlength=ncls)
+    neg = np.bincount(cls, weights=np.where(w < 0, w, 0.0), minlength=ncls)
+    npos = np.bincount(cls, weights=(w > 0).astype(np.float64), minlength=ncls)
+    nneg = np.bincount(cls, weights=(w < 0).astype(np.float64), minlength=ncls)
+    nzero = np.bincount(cls, weights=(w == 0).astype(np.float64), minlength=ncls)
+    out = []
+    for c in range(ncls):
+        g = []
+        if npos[c]:
+            g.append(float(pos[c]))
+        if nneg[c]:
+            g.append(float(neg[c]))
+        if nzero[c]:
+            g.append(0.0)
+        out.append(g)
+    return out
+
+
+def _spread(g, m):
+    """``g`` (a class's group taps) made ``m`` taps long by halving its first tap (exact, same
+    sign); None if a half would underflow."""
+    g = list(g)
+    while len(g) < m:
+        h = g[0] * 0.5
+        if g[0] != 0.0 and (h == 0.0 or h * 2.0 != g[0]):
+            return None
+        g[0:1] = [h, g[0] - h]
+    return g
+
+
+def fold_pass(p: Pass, n: int, mode: str) -> Pass:
+    """``p`` (a 1-D pass along an axis of size ``n``) with its taps folded onto the axis's
+    period (see the module docstring); ``p`` itself when nothing folds."""
+    k = len(p.taps)
+    if k == 0 or n <= 0 or not _needs_fold(p.lo, k, n, mode):
+        return p
+    w = np.asarray(p.taps, np.float64)
+    if not np.isfinite(w).all():
+        return p  # (a NaN tap belongs to no sign group)
+    off = np.arange(p.lo, p.lo + k, dtype=np.int64)
+    if mode != "constant" and (n == 1 or mode in ("reflect", "mirror", "wrap")):
+        if n == 1:
+            P, a = 1, 0
+        else:
+            P = _period(n, mode)
+            a = -(P // 2)
+        if k <= P:  # nothing to merge: shift the pass by whole periods next to the image
+            return Pass(p.axis, p.lo - P * ((p.lo + k // 2) // P), p.taps)
+        cls = (off - a) % P
+        groups = _groups(cls, w, P)
+        m = max(len(g) for g in groups)
+        slots = [_spread(g, m) for g in groups]
+        if any(s is None for s in slots):
+            return p
+        taps = [0.0] * (m * P)
+        for c, s in enumerate(slots):
+            for j, v in enumerate(s):
+                taps[c + j * P] = v
+        return Pass(p.axis, a, tuple(taps))
+    # nearest / constant: the offsets that always read the edge (cval) are the two outer
+    # classes; each offset in between is its own
+    edge = n - 1 if mode == "nearest" else n
+    low = off <= -edge
+    high = off >= edge
+    mid = ~(low | high)
+    parts_lo = _groups(np.zeros(int(low.sum()), np.int64), w[low], 1)[0] if low.any() else []
+    parts_hi = _groups(np.zeros(int(high.sum()), np.int64), w[high], 1)[0] if high.any() else []
+    taps = list(reversed(parts_lo)) + [float(v) for v in w[mid]] + parts_hi
+    if parts_lo:
+        lo = -edge - (len(parts_lo) - 1)
+    else:
+        lo = int(off[mid][0]) if mid.any() else edge
+    # contiguity: low slots end at -edge, mid runs on from -edge + 1, high slots start at edge
+    return Pass(p.axis, lo, tuple(taps))

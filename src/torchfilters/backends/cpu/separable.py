@@ -1,0 +1,568 @@
+"""**Symmetric separable path.**  A ``sep`` stencil whose 1-D passes are symmetric about their
+centre (``w[-k] == w[k]``: Gaussian, odd uniform/box filters, any even-order smoothing) runs
+here instead of the tiled engine: one vertical pass then one horizontal pass, fused per block
+of rows so that the intermediate stays in L1.  Chosen at plan time from the spec's taps
+(:func:`sep_info`); sizes and taps are run-time values (one kernel per storage dtype).
+
+Per work item (a few whole planes, or a block of rows of one column strip of a large plane):
+
+* **Vertical pass, register-blocked.**  Eight output rows at a time, per vector of columns,
+  with the taps folded (``w_k * (x[i-k] + x[i+k])``: half the multiplies) and the sixteen
+  input rows they read kept in registers as they slide (two loads per tap for eight
+  outputs).  Input rows come straight from the input (float32/float64 rows of unit stride
+  whose window fits L1) or from a small ring tile that converts float16/bfloat16, gathers
+  strided rows and breaks the 4 KiB aliasing of power-of-two row strides.  Boundary modes fold
+  whole rows through a table (``constant``: a row of ``cval``).
+* **Pads.**  The intermediate rows get ``r`` columns on each side, folded from the row itself
+  (or computed, in ``wrap`` mode on strips) -- or ``cval`` in ``constant`` mode: SciPy pads
+  the first pass's *result* with ``cval``, so its sequential semantics come out exactly.
+* **Horizontal pass.**  Two output vectors at a time, taps folded likewise; the left windows
+  are shuffles of aligned vectors held in registers, the right ones unaligned loads
+  (``simd._vtaps2``).  The result goes straight to the output (or through a row buffer that
+  converts the dtype or scatters a strided row).
+
+NaN and inf follow SciPy's 1-D passes: every tap multiplies (a zero tap too), each pass pads
+its own input.  Values beyond half the largest finite float may overflow where SciPy's
+float64 sum does not (the folded pair ``x[i-k] + x[i+k]`` is summed first).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+from numba.extending import overload
+
+from ..._spec import FilterSpec
+from .plan import _small
+from .prims import _JIT, _cvt, _fence, _ld, _line, _prefetch_r, _ptr, _st
+from .simd import VBYTES, _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vrev, _vsplat, _vst, _vstm, _vstnt, _vtaps2, _vwts
+from .tables import L_N, R_O, R_X, _poff
+
+# =============================================================================
+# plan layout (int64 array P; float64 array F = [cval, wv[0..rv], wh[0..rh]])
+
+S_H, S_W, S_RV, S_RH, S_CONST, S_BR, S_NB, S_NC, S_MP = range(9)
+S_VS, S_G, S_TS, S_FOLD, S_STRIP, S_E, S_NRING, S_MODE, S_VPAD = range(9, 18)
+S_HDR = 18
+ST_LEN = 6  # per strip: c0, cw, nseg, seg offset, npad, pad offset
+F_CVAL, F_W = 0, 1
+
+#: output rows per vertical block (registers: 8 accumulators + 16 window rows)
+R = 8
+#: widest image processed in one strip; wider ones are cut into strips of about _STRIP_W
+_FULL_W = 8192
+_STRIP_W = 4096
+#: in place: the vertical window (R + 2r rows) must span at most this many bytes
+_INPLACE_SPAN = 32 << 10
+#: target rows per work item on large planes
+_BLOCK_ROWS = 64
+
+_info_cache: dict = {}
+_plan_cache: dict = {}
+
+
+def _half(p):
+    """The taps ``w[0..r]`` of a centred symmetric pass, or None."""
+    k = len(p.taps)
+    if k % 2 == 0 or p.lo != -(k // 2):
+        return None
+    t = p.taps
+    if any(t[i] != t[k - 1 - i] for i in range(k // 2)) or not all(math.isfinite(v) for v in t):
+        return None
+    return tuple(t[k // 2:])
+
+
+def sep_info(spec):
+    """``(wv, wh, mode, cval)`` when ``spec`` runs on this path (else None): one ``sep``
+    stencil, ``stack`` epilogue, at most one pass per axis, each symmetric and centred.  An
+    absent pass is the identity ``(1.0,)``."""
+    key = (spec, math.copysign(1.0, spec.cval) if isinstance(spec, FilterSpec) else 0.0)
+    hit = _info_cache.get(key, False)
+    if hit is not False:
+        return hit
+    info = None
+    if (isinstance(spec, FilterSpec) and spec.epilogue == "stack" and len(spec.stencils) == 1
+            and spec.stencils[0].kind == "sep" and math.isfinite(spec.cval)):
+        passes = spec.stencils[0].passes
+        axes = [p.axis for p in passes]
+        if 1 <= len(passes) <= 2 and len(set(axes)) == len(axes) and set(axes) <= {-2, -1}:
+            # sequential constant mode: the vertical pass runs first (it must be the first pass)
+            ordered = not (spec.mode == "constant" and spec.cval != 0.0 and axes[0] != -2 and len(axes) == 2)
+            half = {p.axis: _half(p) for p in passes}
+            if ordered and all(h is not None for h in half.values()):
+                info = (half.get(-2, (1.0,)), half.get(-1, (1.0,)), spec.mode, float(spec.cval))
+    if len(_info_cache) > 4096:
+        _info_cache.clear()
+    _info_cache[key] = info
+    return info
+
+
+def _lanes(itemsize):
+    return VBYTES // (8 if itemsize == 8 else 4)
+
+
+def _fold1(n, i, mode):
+    """Fold index ``i`` onto ``[0, n)`` (``constant``: -1)."""
+    if 0 <= i < n:
+        return i
+    if mode == "constant":
+        return -1
+    if mode == "nearest":
+        return 0 if i < 0 else n - 1
+    if mode == "wrap":
+        return i % n
+    if mode == "mirror":
+        if n == 1:
+            return 0
+        p = 2 * n - 2
+        i %= p
+        return p - i if i >= n else i
+    p = 2 * n  # reflect
+    i %= p
+    return p - 1 - i if i >= n else i
+
+
+_MODES = {"reflect": 0, "mirror": 1, "nearest": 2, "wrap": 3, "constant": 4}
+
+
+def _vector_pads(mode, W, rh, NC, lanes):
+    """Can the intermediate rows' pads be one vector per side (a shuffle of the row's first or
+    last vector: ``_pad_rows``)?  Only where each pad folds once onto the row."""
+    if rh > lanes:
+        return False
+    if mode == "reflect":
+        return rh <= W
+    if mode == "mirror":
+        return rh <= W - 1
+    if mode == "wrap":
+        return rh <= W and NC == 1
+    return True
+
+
+def _blocking(H, W, N, nthreads, lanes):
+    """(rows per item, row blocks per plane, strips, strip width, planes per item)."""
+    if W > _FULL_W:
+        NC = -(-W // _STRIP_W)
+        CW = -(-(-(-W // NC)) // (2 * lanes)) * 2 * lanes
+        NC = -(-W // CW)
+    else:
+        NC, CW = 1, W
+    per_plane = H * W
+    if N >= 2 * nthreads and per_plane <= (1 << 16) or _small(N, H, W):
+        MP = max(1, min((1 << 14) // max(per_plane, 1), N // (8 * nthreads)))
+        return H, 1, NC, CW, MP
+    # large planes: blocks of rows, enough work items for the threads
+    want = max(1, (8 * nthreads) // max(N * NC, 1))
+    BR = max(R, min(_BLOCK_ROWS, -(-H // want)))
+    BR = -(-BR // R) * R
+    NB = -(-H // BR)
+    return BR, NB, NC, CW, 1
+
+
+def sep_plan(info, H, W, N, nthreads, itemsize):
+    """The ``P``/``F`` tables (cached) and the number of work items."""
+    lanes = _lanes(itemsize)
+    blocking = _blocking(H, W, N, nthreads, lanes)
+    key = (id(info), H, W, itemsize, blocking)
+    hit = _plan_cache.get(key)
+    if hit is not None and hit[0] is info:
+        return hit[1]
+    wv, wh, mode, cval = info
+    rv, rh = len(wv) - 1, len(wh) - 1
+    BR, NB, NC, CW, MP = blocking
+    E = max(rv, 1)
+    nrows_pad = -(-BR // R) * R  # rows a block computes (the last block's extra rows are discarded)
+    # row fold table: padded row index m -> image row, for rows -E .. NB*BR + R + E
+    lo_row = -E
+    hi_row = NB * BR + R + E
+    fold = [_fold1(H, i, mode) for i in range(lo_row, hi_row + 1)]
+    nbk = max(1, -(-rh // lanes))  # blocks of horizontal taps
+    G = nbk * lanes  # V-buffer column of strip column 0 (room for the left windows)
+    npair = -(-(-(-CW // lanes)) // 2)
+    VS = G + 2 * lanes * npair + rh + 2 * lanes
+    VS = -(-VS // lanes) * lanes + lanes  # not a multiple of 4 KiB apart: +1 vector
+    strips, segs, pads = [], [], []
+    tcols = 0
+    for s in range(NC):
+        c0 = s * CW
+        cw = min(CW, W - c0)
+        a, b = max(c0 - rh, 0), min(c0 + cw + rh, W)
+        sg = [(a, G + a - c0, b - a)]  # (image column, V-buffer column, count)
+        pd = []
+        extra = []
+        for j in list(range(c0 - rh, a)) + list(range(b, c0 + cw + rh)):
+            if 0 <= j < W:
+                continue
+            src = _fold1(W, j, mode)
+            dst = G + j - c0
+            if src < 0:
+                pd.append((dst, -1))
+            elif a <= src < b:
+                pd.append((dst, G + src - c0))
+            else:
+                extra.append((src, dst))
+        # columns the pads fold onto outside this strip (wrap mode): computed, runs of them
+        i = 0
+        while i < len(extra):
+            k = i + 1
+            while k < len(extra) and extra[k][0] == extra[k - 1][0] + 1 and extra[k][1] == extra[k - 1][1] + 1:
+                k += 1
+            sg.append((extra[i][0], extra[i][1], k - i))
+            i = k
+        tw = sum(-(-n // lanes) * lanes for _, _, n in sg) + lanes
+        tcols = max(tcols, tw)
+        strips.append((c0, cw, len(sg), len(segs), len(pd), len(pads)))
+        segs += sg
+        pads += pd
+    TS = -(-tcols // lanes) * lanes + lanes
+    NRING = R + 2 * E  # the ring tile: the rows one vertical block reads
+    hdr = np.zeros(S_HDR, np.int64)
+    hdr[[S_H, S_W, S_RV, S_RH, S_CONST, S_BR, S_NB, S_NC, S_MP]] = [H, W, rv, rh, mode == "constant", BR, NB, NC, MP]
+    hdr[[S_VS, S_G, S_TS, S_E, S_NRING]] = [VS, G, TS, E, NRING]
+    hdr[S_MODE] = _MODES[mode]
+    hdr[S_VPAD] = _vector_pads(mode, W, rh, NC, lanes)
+    hdr[S_FOLD] = S_HDR - lo_row  # P[P[S_FOLD] + i] = fold of row i
+    hdr[S_STRIP] = S_HDR + len(fold)
+    seg0 = hdr[S_STRIP] + ST_LEN * NC
+    pad0 = seg0 + 3 * len(segs)
+    st = []
+    for c0, cw, ns, so, npd, po in strips:
+        st += [c0, cw, ns, seg0 + 3 * so, npd, pad0 + 2 * po]
+    P = np.concatenate([hdr, np.asarray(fold, np.int64), np.asarray(st, np.int64),
+                        np.asarray([v for t in segs for v in t], np.int64),
+                        np.asarray([v for t in pads for v in t], np.int64)]).astype(np.int64)
+    F = np.asarray([cval] + list(wv) + list(wh) + [0.0] * lanes, np.float64)  # (zeros: _vwts reads a block)
+    nitems = -(-N // MP) * NB * NC
+    plan = (P, F, nitems)
+    if len(_plan_cache) > 1024:
+        _plan_cache.clear()
+    _plan_cache[key] = (info, plan)
+    return plan
+
+
+def inplace_ok(x, itemsize, info):
+    """May the vertical pass read ``x``'s rows in place?  (Unit column stride and a window of
+    rows that fits L1; the caller checks that the storage is float32/float64.)"""
+    if x.stride(-1) != 1 and x.shape[-1] > 1:
+        return False
+    rv = len(info[0]) - 1
+    return (R + 2 * max(rv, 1)) * x.stride(-2) * itemsize <= _INPLACE_SPAN
+
+
+# =============================================================================
+# kernels
+
+
+def _VL(fz):  # pragma: no cover - overload below
+    raise NotImplementedError
+
+
+
+@overload(_VL, jit_options=dict(cache=True))
+def _ol_vl(fz):
+    n = VBYTES // (fz.bitwidth // 8)
+    return lambda fz: n
+
+
+@njit(inline="always", **_JIT)
+def _ldv(p, i, n, L):
+    if n >= L:
+        return _vld(p, i)
+    return _vldm(p, i, n)
+
+
+@njit(inline="always", **_JIT)
+def _stv(p, i, v, n, L):
+    if n >= L:
+        _vst(p, i, v)
+    else:
+        _vstm(p, i, v, n)
+
+
+@njit(**_JIT)
+def _vblock(V, v0, VS, rows, m0, s0, n, w, r, L, fz):
+    """The vertical pass of 8 output rows, ``n <= L`` columns: ``V[v0 + t*VS + j]`` for output
+    row t (padded rows ``m0 + t``; ``rows[m]`` is the address of padded row m, whose column
+    ``s0 + j`` is read).  The 16 rows a tap step reads slide through registers: two loads per
+    tap for eight outputs."""
+    w0 = _vsplat(w, 0)
+    x0 = _ldv(_ptr(rows[m0], fz), s0, n, L)
+    x1 = _ldv(_ptr(rows[m0 + 1], fz), s0, n, L)
+    x2 = _ldv(_ptr(rows[m0 + 2], fz), s0, n, L)
+    x3 = _ldv(_ptr(rows[m0 + 3], fz), s0, n, L)
+    x4 = _ldv(_ptr(rows[m0 + 4], fz), s0, n, L)
+    x5 = _ldv(_ptr(rows[m0 + 5], fz), s0, n, L)
+    x6 = _ldv(_ptr(rows[m0 + 6], fz), s0, n, L)
+    x7 = _ldv(_ptr(rows[m0 + 7], fz), s0, n, L)
+    a0 = _vmul(w0, x0)
+    a1 = _vmul(w0, x1)
+    a2 = _vmul(w0, x2)
+    a3 = _vmul(w0, x3)
+    a4 = _vmul(w0, x4)
+    a5 = _vmul(w0, x5)
+    a6 = _vmul(w0, x6)
+    a7 = _vmul(w0, x7)
+    # l_t = x[m0 + t - k], u_t = x[m0 + t + k]
+    l0 = _ldv(_ptr(rows[m0 - 1], fz), s0, n, L)
+    l1, l2, l3, l4, l5, l6, l7 = x0, x1, x2, x3, x4, x5, x6
+    u0, u1, u2, u3, u4, u5, u6 = x1, x2, x3, x4, x5, x6, x7
+    u7 = _ldv(_ptr(rows[m0 + 8], fz), s0, n, L)
+    for k in range(1, r + 1):
+        if k > 1:
+            l7, l6, l5, l4, l3, l2, l1 = l6, l5, l4, l3, l2, l1, l0
+            l0 = _ldv(_ptr(rows[m0 - k], fz), s0, n, L)
+            u0, u1, u2, u3, u4, u5, u6 = u1, u2, u3, u4, u5, u6, u7
+            u7 = _ldv(_ptr(rows[m0 + 7 + k], fz), s0, n, L)
+        wk = _vsplat(w, k)
+        a0 = _vfma(wk, _vadd(l0, u0), a0)
+        a1 = _vfma(wk, _vadd(l1, u1), a1)
+        a2 = _vfma(wk, _vadd(l2, u2), a2)
+        a3 = _vfma(wk, _vadd(l3, u3), a3)
+        a4 = _vfma(wk, _vadd(l4, u4), a4)
+        a5 = _vfma(wk, _vadd(l5, u5), a5)
+        a6 = _vfma(wk, _vadd(l6, u6), a6)
+        a7 = _vfma(wk, _vadd(l7, u7), a7)
+    _stv(V, v0, a0, n, L)
+    _stv(V, v0 + VS, a1, n, L)
+    _stv(V, v0 + 2 * VS, a2, n, L)
+    _stv(V, v0 + 3 * VS, a3, n, L)
+    _stv(V, v0 + 4 * VS, a4, n, L)
+    _stv(V, v0 + 5 * VS, a5, n, L)
+    _stv(V, v0 + 6 * VS, a6, n, L)
+    _stv(V, v0 + 7 * VS, a7, n, L)
+
+
+@njit(inline="always", **_JIT)
+def _stv_out(p, i, v, n, L, nt):
+    if nt and n >= L:
+        _vstnt(p, i, v)
+    else:
+        _stv(p, i, v, n, L)
+
+
+@njit(inline="always", **_JIT)
+def _hpair(O, oq, V, q, n, w0, nz, WT, w, r, L, hoisted, nt):
+    """Two output vectors of the horizontal pass: ``O[oq .. oq + n)`` from ``V[q - r .. q + n + r)``."""
+    a0 = _vmul(w0, _vld(V, q))
+    b0 = _vmul(w0, _vld(V, q + L))
+    a1 = nz
+    b1 = nz
+    if hoisted:
+        a0, a1, b0, b1 = _vtaps2(a0, a1, b0, b1, _vld(V, q - L), _vld(V, q), _vld(V, q + L), V, q, WT, 0, r)
+    else:
+        k0 = 0
+        while k0 < r:
+            a0, a1, b0, b1 = _vtaps2(a0, a1, b0, b1, _vld(V, q - k0 - L), _vld(V, q - k0), _vld(V, q - k0 + L),
+                                     V, q, _vwts(w, k0), k0, r)
+            k0 += L
+    _stv_out(O, oq, _vadd(a0, a1), n, L, nt)
+    if n > L:
+        _stv_out(O, oq + L, _vadd(b0, b1), n - L, L, nt)
+
+
+@njit(**_JIT)
+def _hrows(O, o0, ostride, V, VS, G, nr, cw, w, r, L, nt):
+    """The horizontal pass of ``nr`` padded rows (row t: ``V[t*VS + G - r .. t*VS + G + cw + r)``)
+    into ``O[o0 + t*ostride .. + cw)``, two output vectors at a time.  With at most one vector
+    of taps (``r <= lanes``) their broadcast weights stay in registers for all the rows.
+    ``nt``: whole output vectors are non-temporal line stores (their addresses 64-byte aligned)."""
+    w0 = _vsplat(w, 0)
+    nz = _vnz(w)
+    WT = _vwts(w, 0)
+    if r <= L:
+        for t in range(nr):
+            for j in range(0, cw, 2 * L):
+                _hpair(O, o0 + t * ostride + j, V, t * VS + G + j, min(cw - j, 2 * L), w0, nz, WT, w, r, L, True, nt)
+    else:
+        for t in range(nr):
+            for j in range(0, cw, 2 * L):
+                _hpair(O, o0 + t * ostride + j, V, t * VS + G + j, min(cw - j, 2 * L), w0, nz, WT, w, r, L, False, nt)
+
+
+@njit(**_JIT)
+def _pad_rows(V, VS, G, nr, W, c0, cw, mode, C, L):
+    """The pads of ``nr`` intermediate rows, one vector per side: the row's first (last) vector
+    reversed (``reflect``; ``mirror`` one column in), its edge value (``nearest``), its other
+    end (``wrap``) or ``cval`` (``C[0]``, ``constant``)."""
+    for t in range(nr):
+        v = t * VS + G - c0  # V index of image column 0
+        if c0 == 0:
+            if mode == 0:
+                p = _vrev(_vld(V, v))
+            elif mode == 1:
+                p = _vrev(_vld(V, v + 1))
+            elif mode == 2:
+                p = _vsplat(V, v)
+            elif mode == 3:
+                p = _vld(V, v + W - L)
+            else:
+                p = _vsplat(C, 0)
+            _vst(V, v - L, p)
+        if c0 + cw == W:
+            e = v + W
+            if mode == 0:
+                p = _vrev(_vld(V, e - L))
+            elif mode == 1:
+                p = _vrev(_vld(V, e - 1 - L))
+            elif mode == 2:
+                p = _vsplat(V, e - 1)
+            elif mode == 3:
+                p = _vld(V, v)
+            else:
+                p = _vsplat(C, 0)
+            _vst(V, e, p)
+
+
+@njit(**_JIT)
+def _prefetch_rows(x, P, fold, i0, n, xb, sH, sW, sgo, nsg):
+    """Prefetch the segments of image rows ``i0 .. i0+n`` (folded; contiguous rows only)."""
+    if sW != 1:
+        return
+    step = _line(x)
+    for i in range(i0, i0 + n):
+        fi = P[fold + i]
+        if fi < 0:
+            continue
+        for sg in range(nsg):
+            e = sgo + 3 * sg
+            a = xb + fi * sH + P[e]
+            for j in range(0, P[e + 2], step):
+                _prefetch_r(x, a + j)
+
+
+@njit(**_JIT)
+def _copy_row(T, t0, x, xa, sW, n):
+    """``n`` samples of the input (any storage dtype, stride ``sW``) into the tile (compute dtype)."""
+    if sW == 1:
+        for j in range(n):
+            T[t0 + j] = _ld(x, xa + j)
+    else:
+        for j in range(n):
+            T[t0 + j] = _ld(x, xa + j * sW)
+
+
+@njit(**_JIT)
+def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, it0, it1):
+    """Work items ``it0 .. it1`` of the separable path (``inplace``: read the input rows in
+    place; ``direct``: store the output vectors straight into the output; ``stream``: with
+    non-temporal stores)."""
+    x = _ptr(xa, carrier)
+    o = _ptr(oa, carrier)
+    Fa32 = _cvt(carrier, Fa)
+    Fc = _ptr(Fa32.ctypes.data, Fa32[0])
+    fz = Fa32[0]
+    P = _ptr(Pa.ctypes.data, Pa[0])
+    Lp = _ptr(La.ctypes.data, La[0])
+    isz = Fa32.itemsize
+    H = P[S_H]
+    W = P[S_W]
+    rv = P[S_RV]
+    rh = P[S_RH]
+    BR = P[S_BR]
+    NB = P[S_NB]
+    NC = P[S_NC]
+    MP = P[S_MP]
+    VS = P[S_VS]
+    G = P[S_G]
+    TS = P[S_TS]
+    E = P[S_E]
+    NRING = P[S_NRING]
+    fold = P[S_FOLD]
+    mode = P[S_MODE]
+    vpad = P[S_VPAD] != 0
+    wv = _ptr(Fa32.ctypes.data + isz, fz)
+    wh = _ptr(Fa32.ctypes.data + (rv + 2) * isz, fz)
+    L = _VL(fz)
+    xsH, xsW = Lp[R_X + 4], Lp[R_X + 5]
+    osH, osW = Lp[R_O + 4], Lp[R_O + 5]
+    cval = Fc[F_CVAL]
+    # buffers: R intermediate rows, the ring tile, a row of cval, the row addresses, R output rows
+    vbuf = np.zeros(R * VS + L, Fa32.dtype)
+    V = _ptr(vbuf.ctypes.data, fz)
+    tbuf = np.zeros(1 if inplace else NRING * TS + L, Fa32.dtype)
+    T = _ptr(tbuf.ctypes.data, fz)
+    cbuf = np.empty(W + 2 * L, Fa32.dtype)
+    for j in range(cbuf.size):
+        cbuf[j] = cval
+    crow = cbuf.ctypes.data
+    rows = np.empty(-(-BR // R) * R + 2 * E + 1, np.int64)
+    rp = _ptr(rows.ctypes.data, rows[0])
+    obuf = np.empty(1 if direct else R * VS, Fa32.dtype)
+    OB = _ptr(obuf.ctypes.data, fz)
+    O = _ptr(oa, fz)
+    per = NB * NC
+    for it in range(it0, it1):
+        g0 = (it // per) * MP
+        rem = it % per
+        s = rem // NB  # strip-major: consecutive items share halo rows
+        ra = (rem % NB) * BR
+        rb = min(H, ra + BR)
+        sd = P[S_STRIP] + ST_LEN * s
+        c0 = P[sd]
+        cw = P[sd + 1]
+        nsg = P[sd + 2]
+        sgo = P[sd + 3]
+        npd = P[sd + 4]
+        pdo = P[sd + 5]
+        nblk = -(-(rb - ra) // R)
+        for pl in range(g0, min(g0 + MP, Lp[L_N])):
+            xb = _poff(Lp, np.int64(R_X), pl)
+            ob = _poff(Lp, np.int64(R_O), pl)
+            if inplace:  # padded row m <-> image row ra - E + m
+                for m in range(nblk * R + 2 * E):
+                    fi = P[fold + ra - E + m]
+                    rows[m] = crow if fi < 0 else xa + (xb + fi * xsH) * isz
+            for blk in range(nblk):
+                if not inplace:  # the rows this block reads that the ring does not hold yet
+                    for m in range(0 if blk == 0 else blk * R + 2 * E, blk * R + R + 2 * E):
+                        slot = (m % NRING) * TS
+                        rows[m] = tbuf.ctypes.data + slot * isz
+                        fi = P[fold + ra - E + m]
+                        tcol = 0
+                        for sg in range(nsg):
+                            e = sgo + 3 * sg
+                            n = P[e + 2]
+                            if fi < 0:
+                                for j in range(n):
+                                    T[slot + tcol + j] = cval
+                            else:
+                                _copy_row(T, slot + tcol, x, xb + fi * xsH + P[e] * xsW, xsW, n)
+                            tcol += -(-n // L) * L
+                    # ask for the rows the next block copies (the next item's first ones after the
+                    # last block): their DRAM traffic overlaps this block's passes
+                    if blk + 1 < nblk:
+                        _prefetch_rows(x, P, fold, ra - E + blk * R + R + 2 * E, R, xb, xsH, xsW, sgo, nsg)
+                    elif it + 1 < it1 and (it + 1) % NB != 0:
+                        _prefetch_rows(x, P, fold, rb + E, R, xb, xsH, xsW, sgo, nsg)
+                # vertical pass of every segment: intermediate row t <-> output row ra + blk*R + t
+                tcol = 0
+                for sg in range(nsg):
+                    e = sgo + 3 * sg
+                    n = P[e + 2]
+                    s0 = P[e] if inplace else tcol
+                    for j in range(0, n, L):
+                        _vblock(V, P[e + 1] + j, VS, rp, blk * R + E, s0 + j, min(L, n - j), wv, rv, L, fz)
+                    tcol += -(-n // L) * L
+                nr = min(R, rb - ra - blk * R)
+                if vpad:
+                    _pad_rows(V, VS, G, nr, W, c0, cw, mode, Fc, L)
+                else:
+                    for t in range(nr):
+                        for f in range(npd):
+                            dst = P[pdo + 2 * f]
+                            src = P[pdo + 2 * f + 1]
+                            V[t * VS + dst] = cval if src < 0 else V[t * VS + src]
+                i0 = ra + blk * R
+                if direct:
+                    _hrows(O, ob + i0 * osH + c0, osH, V, VS, G, nr, cw, wh, rh, L, stream)
+                else:
+                    _hrows(OB, 0, VS, V, VS, G, nr, cw, wh, rh, L, False)
+                    for t in range(nr):
+                        orow = ob + (i0 + t) * osH + c0 * osW
+                        for j in range(cw):
+                            _st(o, orow + j * osW, OB[t * VS + j])
+    if stream:
+        _fence()
+    return vbuf.size + tbuf.size + cbuf.size + rows.size + obuf.size + Pa.size + La.size

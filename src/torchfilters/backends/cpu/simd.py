@@ -1,0 +1,314 @@
+"""Explicit SIMD vectors for the separable path: a numba type for an LLVM vector of the
+compute dtype (float32 or float64) and the few operations the 1-D passes need.
+
+numba's loop vectoriser handles one output row at a time and gives up (or adds runtime alias
+checks) once a loop reads more than a few independent streams; a register-blocked pass reads
+a dozen rows at once and keeps its accumulators in registers across a run-time tap loop.
+Writing the vectors explicitly makes that code independent of the vectoriser's heuristics.
+
+One vector is the host's widest register: 64 bytes with AVX-512, else 32 (float32: 16 or 8
+lanes; float64: 8 or 4).  Wider logical vectors would only be split by LLVM, narrower ones
+waste half the machine.  numba's disk cache keys compiled code on the host CPU, so a cache
+never crosses machines with a different width.
+
+Operations: ``_vld`` / ``_vst`` (unaligned load/store), ``_vstnt`` (a non-temporal line store),
+``_vldm`` / ``_vstm`` (the first ``n``
+lanes, masked: tails never touch memory past them), ``_vsplat`` (broadcast ``p[i]``),
+``_vadd``, ``_vmul``, ``_vfma`` (``a*b + c`` through ``llvm.fmuladd``: one rounding where the
+host has FMA, as every AVX2 and AVX-512 machine does), ``_vnz`` (``-0.0``), ``_vrev`` (lanes reversed),
+``_vwts`` (a block of broadcast weights) and ``_vtaps2`` (a block of horizontal taps for two output vectors, its left windows taken
+from registers by constant shuffles).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, models, register_model
+
+
+def _vector_bytes() -> int:
+    try:
+        import llvmlite.binding as ll
+
+        feats = ll.get_host_cpu_features()
+        if feats.get("avx512f"):
+            return 64
+        if feats.get("avx2") or feats.get("avx"):
+            return 32
+    except Exception:  # pragma: no cover - exotic hosts: SSE/NEON-sized vectors
+        pass
+    return 16
+
+
+VBYTES = _vector_bytes()
+
+
+def lanes(dtype) -> int:
+    """Lanes of one vector of ``dtype`` (a numba float type)."""
+    return VBYTES // (dtype.bitwidth // 8)
+
+
+class Vec(types.Type):
+    """A SIMD register of ``lanes`` values of ``dtype`` (float32 or float64)."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+        self.lanes = lanes(dtype)
+        super().__init__(name=f"Vec({dtype}x{self.lanes})")
+
+
+@register_model(Vec)
+class _VecModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        be = ir.VectorType(dmm.lookup(fe_type.dtype).get_value_type(), fe_type.lanes)
+        super().__init__(dmm, fe_type, be)
+
+
+def _vptr(builder, p, i, vt):
+    return builder.bitcast(builder.gep(p, [i]), vt.as_pointer())
+
+
+def _esize(vt):
+    """Element size in bytes (the alignment the loads and stores assume)."""
+    return 4 if isinstance(vt.element, ir.FloatType) else 8
+
+
+def _sfx(vt):
+    return f"v{vt.count}{'f32' if isinstance(vt.element, ir.FloatType) else 'f64'}"
+
+
+def _lane_mask(builder, n, count):
+    """``<count x i1>``: lane < n."""
+    i64v = ir.VectorType(ir.IntType(64), count)
+    iota = ir.Constant(i64v, list(range(count)))
+    nv = builder.insert_element(ir.Constant(i64v, ir.Undefined), n, ir.Constant(ir.IntType(32), 0))
+    nv = builder.shuffle_vector(nv, nv, ir.Constant(ir.VectorType(ir.IntType(32), count), [0] * count))
+    return builder.icmp_signed("<", iota, nv)
+
+
+def _splat(builder, s, vt):
+    v = builder.insert_element(ir.Constant(vt, ir.Undefined), s, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), vt.count), [0] * vt.count))
+
+
+def _fmuladd(builder, a, b, c):
+    vt = a.type
+    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), f"llvm.fmuladd.{_sfx(vt)}")
+    return builder.call(fn, [a, b, c])
+
+
+def _check_ptr(p):
+    if not isinstance(p, types.CPointer) or p.dtype not in (types.float32, types.float64):
+        raise TypeError(f"a float32/float64 pointer is needed, got {p}")
+
+
+@intrinsic
+def _vld(typingctx, p, i):
+    """``p[i : i + lanes]``."""
+    _check_ptr(p)
+    VT = Vec(p.dtype)
+
+    def codegen(context, builder, sig, args):
+        vt = context.get_value_type(VT)
+        return builder.load(_vptr(builder, args[0], args[1], vt), align=_esize(vt))
+
+    return VT(p, i), codegen
+
+
+@intrinsic
+def _vldm(typingctx, p, i, n):
+    """The first ``n`` lanes of ``p[i : i + lanes]`` (the others 0; memory past them is not read)."""
+    _check_ptr(p)
+    VT = Vec(p.dtype)
+
+    def codegen(context, builder, sig, args):
+        vt = context.get_value_type(VT)
+        m = _lane_mask(builder, args[2], vt.count)
+        fnty = ir.FunctionType(vt, [vt.as_pointer(), ir.IntType(32), m.type, vt])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.load.{_sfx(vt)}.p0")
+        return builder.call(fn, [_vptr(builder, args[0], args[1], vt), ir.Constant(ir.IntType(32), _esize(vt)), m,
+                                 ir.Constant(vt, None)])
+
+    return VT(p, i, n), codegen
+
+
+@intrinsic
+def _vst(typingctx, p, i, v):
+    """``p[i : i + lanes] = v``."""
+    _check_ptr(p)
+
+    def codegen(context, builder, sig, args):
+        vt = args[2].type
+        builder.store(args[2], _vptr(builder, args[0], args[1], vt), align=_esize(vt))
+        return context.get_dummy_value()
+
+    return types.void(p, i, v), codegen
+
+
+@intrinsic
+def _vstnt(typingctx, p, i, v):
+    """``p[i : i + lanes] = v`` with a non-temporal store (``p + i`` 64-byte aligned, the vector
+    a whole cache line): the line goes to memory without being read first (``prims._fence``
+    orders it)."""
+    _check_ptr(p)
+
+    def codegen(context, builder, sig, args):
+        vt = args[2].type
+        st = builder.store(args[2], _vptr(builder, args[0], args[1], vt), align=64)
+        st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+
+    return types.void(p, i, v), codegen
+
+
+@intrinsic
+def _vstm(typingctx, p, i, v, n):
+    """``p[i : i + n] = v[:n]`` (memory past them is not written)."""
+    _check_ptr(p)
+
+    def codegen(context, builder, sig, args):
+        vt = args[2].type
+        m = _lane_mask(builder, args[3], vt.count)
+        fnty = ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), ir.IntType(32), m.type])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.store.{_sfx(vt)}.p0")
+        builder.call(fn, [args[2], _vptr(builder, args[0], args[1], vt), ir.Constant(ir.IntType(32), _esize(vt)), m])
+        return context.get_dummy_value()
+
+    return types.void(p, i, v, n), codegen
+
+
+@intrinsic
+def _vsplat(typingctx, p, i):
+    """``p[i]`` in every lane."""
+    _check_ptr(p)
+    VT = Vec(p.dtype)
+
+    def codegen(context, builder, sig, args):
+        vt = context.get_value_type(VT)
+        return _splat(builder, builder.load(builder.gep(args[0], [args[1]])), vt)
+
+    return VT(p, i), codegen
+
+
+@intrinsic
+def _vnz(typingctx, p):
+    """A vector of ``-0.0`` of ``p``'s element type: the exact additive identity (``x + -0.0``
+    is ``x``, the sign of a zero included)."""
+    _check_ptr(p)
+    VT = Vec(p.dtype)
+
+    def codegen(context, builder, sig, args):
+        vt = context.get_value_type(VT)
+        return ir.Constant(vt, [ir.Constant(vt.element, -0.0)] * vt.count)
+
+    return VT(p), codegen
+
+
+@intrinsic
+def _vadd(typingctx, a, b):
+    def codegen(context, builder, sig, args):
+        return builder.fadd(args[0], args[1])
+
+    return a(a, b), codegen
+
+
+@intrinsic
+def _vmul(typingctx, a, b):
+    def codegen(context, builder, sig, args):
+        return builder.fmul(args[0], args[1])
+
+    return a(a, b), codegen
+
+
+@intrinsic
+def _vfma(typingctx, a, b, c):
+    """``a*b + c`` (``llvm.fmuladd``: fused where the host has FMA)."""
+
+    def codegen(context, builder, sig, args):
+        return _fmuladd(builder, *args)
+
+    return a(a, b, c), codegen
+
+
+@intrinsic
+def _vrev(typingctx, a):
+    """The lanes of ``a`` in reverse order."""
+
+    def codegen(context, builder, sig, args):
+        n = args[0].type.count
+        return builder.shuffle_vector(args[0], args[0], ir.Constant(ir.VectorType(ir.IntType(32), n),
+                                                                    list(range(n - 1, -1, -1))))
+
+    return a(a), codegen
+
+
+@intrinsic
+def _vwts(typingctx, w, k0):
+    """``w[k0 + 1 .. k0 + lanes]``, each broadcast to a vector (a tuple: kept in registers
+    across the rows of a horizontal pass)."""
+    _check_ptr(w)
+    VT = Vec(w.dtype)
+    tup = types.UniTuple(VT, VT.lanes)
+
+    def codegen(context, builder, sig, args):
+        vt = context.get_value_type(VT)
+        vals = [_splat(builder, builder.load(builder.gep(args[0], [builder.add(args[1], ir.Constant(args[1].type, t))])), vt)
+                for t in range(1, vt.count + 1)]
+        return context.make_tuple(builder, tup, vals)
+
+    return tup(w, k0), codegen
+
+
+@intrinsic
+def _vtaps2(typingctx, a0, a1, b0, b1, A, B, C, s, q, WT, k0, r):
+    """Horizontal taps ``k = k0+1 .. min(k0+lanes, r)`` of two output vectors at ``s[q]`` and
+    ``s[q + lanes]`` (symmetric: ``+= w[k] * (s[j-k] + s[j+k])`` per lane ``j``; ``WT`` is
+    ``_vwts(w, k0)``), each summed
+    in two accumulators (odd and even taps: half the dependency chain): returns
+    ``(a0, a1, b0, b1)``, ``a*`` for the first vector, ``b*`` for the second.
+
+    ``A, B, C`` are the vectors at ``s[q - k0 - lanes]``, ``s[q - k0]`` and ``s[q - k0 + lanes]``:
+    each left window ``s[j-k ..]`` is a constant shuffle of two of them (no unaligned load);
+    the right windows are loads.  Shuffles and loads use different execution ports, so
+    splitting the taps between them roughly halves the cost of the pass.  The taps are
+    unrolled (the shuffle masks must be constants) and each one is guarded by ``k <= r``:
+    the tap count stays a run-time value."""
+    _check_ptr(s)
+    tup = types.UniTuple(a0, 4)
+
+    def codegen(context, builder, sig, args):
+        x0, x1, y0, y1, va, vb, vc, sp, qq, wt, kk0, rr = args
+        acc = [x0, x1, y0, y1]
+        vt = x0.type
+        n = vt.count
+        i32v = ir.VectorType(ir.IntType(32), n)
+        exit_bb = builder.append_basic_block("taps.exit")
+        incoming = []
+        for t in range(1, n + 1):
+            k = builder.add(kk0, ir.Constant(kk0.type, t))
+            body = builder.append_basic_block(f"taps.{t}")
+            incoming.append((builder.block, list(acc)))
+            builder.cbranch(builder.icmp_signed("<=", k, rr), body, exit_bb)
+            builder.position_at_end(body)
+            wk = builder.extract_value(wt, t - 1)
+            mask = ir.Constant(i32v, list(range(n - t, 2 * n - t)))
+            l0 = builder.shuffle_vector(va, vb, mask)
+            l1 = builder.shuffle_vector(vb, vc, mask)
+            qk = builder.add(qq, k)
+            r0 = builder.load(_vptr(builder, sp, qk, vt), align=_esize(vt))
+            r1 = builder.load(_vptr(builder, sp, builder.add(qk, ir.Constant(qk.type, n)), vt), align=_esize(vt))
+            e = t % 2
+            acc[e] = _fmuladd(builder, wk, builder.fadd(l0, r0), acc[e])
+            acc[2 + e] = _fmuladd(builder, wk, builder.fadd(l1, r1), acc[2 + e])
+        incoming.append((builder.block, list(acc)))
+        builder.branch(exit_bb)
+        builder.position_at_end(exit_bb)
+        phis = [builder.phi(vt) for _ in range(4)]
+        for bb, vals in incoming:
+            for ph, v in zip(phis, vals):
+                ph.add_incoming(v, bb)
+        return context.make_tuple(builder, tup, phis)
+
+    return tup(a0, a1, b0, b1, A, B, C, s, q, WT, k0, r), codegen

@@ -1,0 +1,353 @@
+"""The CPU engine's symmetric separable path (``backends/cpu/separable.py``) and the host-side
+folding of taps onto the image's period (``backends/_lowering.py``).
+
+The fast path runs every ``sep`` spec whose 1-D passes are symmetric and centred (Gaussians,
+odd box filters): it must match SciPy in float64 for every mode, size, radius, dtype, layout
+and non-finite input, and step aside for everything else.  Folding must keep SciPy's values
+and its NaN rule for a radius far beyond the image (``radius=2**20`` on an 8x8 image), in
+every engine and in the gradient.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+import scipy.ndimage as ndi
+import torch
+
+import torchfilters as tf
+from torchfilters import _spec
+from torchfilters._spec import FilterSpec, Pass
+from torchfilters.backends import _lowering
+
+cpu = pytest.importorskip("torchfilters.backends.cpu")
+separable = cpu.separable
+
+from conftest import BASE_MODES, CVAL, MODES, assert_close, rand, sp_gaussian_filter  # noqa: E402
+
+SHAPES = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 9), (9, 1), (1, 40), (40, 1), (3, 5), (7, 9), (16, 16), (17, 33),
+          (28, 28), (40, 3), (5, 70))
+SIGMAS = (0.7, 2.0, (1.0, 3.0), (2.5, 0.6), (0, 1.5), (1.2, 0))
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """The kernels each call launched."""
+    seen = []
+    launch = cpu._launch
+
+    def spy(fn, args, nitems, nthreads, serial):
+        seen.append(fn)
+        return launch(fn, args, nitems, nthreads, serial)
+
+    monkeypatch.setattr(cpu, "_launch", spy)
+    return seen
+
+
+def _fast(launches):
+    return bool(launches) and all(fn is separable._k_sep for fn in launches)
+
+
+# ------------------------------------------------------------------ the fast path
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_matches_scipy_float64_every_mode_and_size(mode, launches):
+    for h, w in SHAPES:
+        x = rand(2, h, w, seed=h * 37 + w)
+        for sigma in SIGMAS:
+            y = tf.gaussian_filter(x, sigma, mode=mode, cval=CVAL, backend="cpu")
+            assert_close(y, sp_gaussian_filter(x, sigma, mode=mode, cval=CVAL), rtol=1e-12, msg=f"{h}x{w} {sigma}")
+    assert _fast(launches)
+
+
+@pytest.mark.parametrize("mode", BASE_MODES)
+def test_radius_larger_than_the_image(mode, launches):
+    """Radii up to about twice the image stay unfolded: the fast path folds every row and column
+    through its tables (several reflections deep)."""
+    for h, w in ((1, 1), (2, 3), (3, 2), (5, 4), (6, 13)):
+        x = rand(3, h, w, seed=h + 10 * w)
+        for radius in ((h + 2, w + 3), (2 * h + 5, 2 * w + 7), (1, 2 * w + 10)):
+            y = tf.gaussian_filter(x, (1.3, 2.1), radius=radius, mode=mode, cval=-0.5, backend="cpu")
+            want = sp_gaussian_filter(x, (1.3, 2.1), radius=radius, mode=mode, cval=-0.5)
+            assert_close(y, want, rtol=1e-12, msg=f"{h}x{w} radius {radius}")
+    assert _fast(launches)
+
+
+def test_large_planes_strips_and_blocks(launches):
+    """Row blocks across threads, column strips (wider than ``_FULL_W``, wrap's pads computed
+    from the far strip), the ring tile, float32."""
+    old = separable._FULL_W, separable._STRIP_W
+    try:
+        separable._FULL_W, separable._STRIP_W = 96, 64
+        x = rand(1, 90, 250, seed=3)
+        for mode in BASE_MODES:
+            for sigma in (2.0, (0.8, 5.0)):
+                y = tf.gaussian_filter(x, sigma, mode=mode, cval=0.25, backend="cpu")
+                assert_close(y, sp_gaussian_filter(x, sigma, mode=mode, cval=0.25), rtol=1e-12, msg=mode)
+                yf = tf.gaussian_filter(x.float(), sigma, mode=mode, cval=0.25, backend="cpu")
+                assert_close(yf, sp_gaussian_filter(x, sigma, mode=mode, cval=0.25), rtol=2e-6, msg=mode)
+    finally:
+        separable._FULL_W, separable._STRIP_W = old
+        separable._plan_cache.clear()
+    assert _fast(launches)
+
+
+def test_float32_sizes_around_the_vector_width(launches):
+    for w in (1, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100):
+        x = rand(2, 11, w, seed=w, dtype=torch.float32)
+        for mode in BASE_MODES:
+            y = tf.gaussian_filter(x, 1.7, mode=mode, cval=CVAL, backend="cpu")
+            assert_close(y, sp_gaussian_filter(x, 1.7, mode=mode, cval=CVAL), rtol=2e-6, msg=f"w={w} {mode}")
+    assert _fast(launches)
+
+
+@pytest.mark.parametrize("dtype,tol", ((torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)))
+def test_half_precision_within_rounding(dtype, tol, launches):
+    """float16/bfloat16 are computed in float32: the result is SciPy's rounded to the dtype
+    (within one unit of it)."""
+    x = rand(3, 19, 23, seed=11, dtype=dtype)
+    for mode in BASE_MODES:
+        y = tf.gaussian_filter(x, (1.5, 2.5), mode=mode, cval=0.5, backend="cpu")
+        assert y.dtype == dtype
+        want = sp_gaussian_filter(x, (1.5, 2.5), mode=mode, cval=0.5)
+        assert_close(y, want, rtol=tol, msg=mode)
+        # and exactly the float32 result rounded to the dtype
+        y32 = tf.gaussian_filter(x.float(), (1.5, 2.5), mode=mode, cval=0.5, backend="cpu")
+        assert torch.equal(y, y32.to(dtype))
+    assert _fast(launches)
+
+
+def test_nan_and_inf_as_scipy(launches):
+    """Every tap multiplies: a NaN spreads over the kernel's reach, an inf too (and meets
+    another of the other sign as NaN); a zero tap still turns an inf into NaN."""
+    x = rand(1, 30, 41, seed=4)
+    x[0, 3, 5] = float("nan")
+    x[0, 20, 30] = float("inf")
+    x[0, 22, 35] = float("-inf")
+    x[0, 29, 0] = float("inf")
+    for mode in BASE_MODES:
+        for kw in (dict(sigma=1.5), dict(sigma=(2.0, 1.0), radius=(3, 9)), dict(sigma=0.3, radius=6)):
+            y = tf.gaussian_filter(x, mode=mode, cval=CVAL, backend="cpu", **kw).numpy()
+            want = sp_gaussian_filter(x, mode=mode, cval=CVAL, **kw)
+            assert np.array_equal(np.isnan(y), np.isnan(want)), (mode, kw)
+            assert np.array_equal(np.isposinf(y), np.isposinf(want)), (mode, kw)
+            assert np.array_equal(np.isneginf(y), np.isneginf(want)), (mode, kw)
+            fin = np.isfinite(want)
+            assert np.allclose(y[fin], want[fin], atol=1e-12, rtol=0), (mode, kw)
+    # sigma 0.3 with radius 6: the outer taps underflow to exactly 0.0 -- and still multiply
+    assert kw["radius"] == 6 and tf.gaussian_filter(x, 0.3, radius=6, backend="cpu")[0, 3, 11].isnan()
+    assert _fast(launches)
+
+
+def test_strided_channels_last_and_expanded_inputs(launches):
+    base = rand(2, 13, 17, 3, seed=8)
+    views = {
+        "channels_last": base.permute(0, 3, 1, 2),
+        "sliced": rand(2, 3, 30, 40, seed=9)[:, :, 5:25:2, 1:39:3],
+        "transposed": rand(2, 3, 17, 13, seed=10).transpose(-1, -2),
+        "expanded": rand(1, 1, 12, 14, seed=12).expand(2, 3, 12, 14),
+        "float32 channels_last": rand(2, 3, 15, 21, seed=13, dtype=torch.float32).contiguous(
+            memory_format=torch.channels_last),
+    }
+    for name, x in views.items():
+        for mode in ("reflect", "wrap", "constant"):
+            y = tf.gaussian_filter(x, (1.1, 2.3), mode=mode, cval=CVAL, backend="cpu")
+            tol = 2e-6 if x.dtype == torch.float32 else 1e-12
+            assert_close(y, sp_gaussian_filter(x, (1.1, 2.3), mode=mode, cval=CVAL), rtol=tol, msg=name)
+    assert _fast(launches)
+
+
+def test_out_and_out_aliasing_the_input(launches):
+    x = rand(2, 3, 20, 26, seed=14)
+    want = sp_gaussian_filter(x, 2.0, mode="mirror")
+    out = torch.empty_like(x)
+    assert tf.gaussian_filter(x, 2.0, mode="mirror", out=out, backend="cpu") is out
+    assert_close(out, want, rtol=1e-12)
+    # out= strided (a transposed view) and out= aliasing the input (computed through a temporary)
+    outT = torch.empty(2, 3, 26, 20, dtype=x.dtype).transpose(-1, -2)
+    tf.gaussian_filter(x, 2.0, mode="mirror", out=outT, backend="cpu")
+    assert_close(outT, want, rtol=1e-12)
+    y = x.clone()
+    tf.gaussian_filter(y, 2.0, mode="mirror", out=y, backend="cpu")
+    assert_close(y, want, rtol=1e-12)
+    z = x.clone()
+    tf.gaussian_filter(z[:, :, :, :20], 2.0, mode="mirror", out=z[:, :, :, 6:], backend="cpu")  # overlapping
+    assert_close(z[:, :, :, 6:], sp_gaussian_filter(x[:, :, :, :20], 2.0, mode="mirror"), rtol=1e-12)
+    assert _fast(launches)
+
+
+def test_empty_tensors():
+    for shape in ((0, 5, 5), (2, 0, 4), (2, 4, 0)):
+        x = torch.zeros(shape)
+        y = tf.gaussian_filter(x, 2.0, backend="cpu")
+        assert y.shape == x.shape
+
+
+def test_any_symmetric_1d_pass_takes_the_fast_path(launches):
+    """Not only Gaussians: an odd box or binomial ``correlate1d`` along either axis (the other
+    pass is the identity)."""
+    x = rand(2, 21, 18, seed=15)
+    for w in ([0.2] * 5, [1.0, 4.0, 6.0, 4.0, 1.0], [-1.0, 3.0, -1.0]):
+        for axis in (-1, -2):
+            for mode in BASE_MODES:
+                y = tf.correlate1d(x, w, axis, mode=mode, cval=CVAL, backend="cpu")
+                want = ndi.correlate1d(x.numpy(), np.array(w), axis=axis, mode=mode, cval=CVAL)
+                assert_close(y, want, rtol=1e-12, msg=f"{w} {axis} {mode}")
+    assert _fast(launches)
+
+
+def test_not_symmetric_or_not_stack_steps_aside(launches):
+    x = rand(2, 12, 15, seed=16)
+    tf.gaussian_filter(x, 1.5, order=(0, 1), backend="cpu")  # a derivative pass: antisymmetric
+    tf.gaussian_gradient_magnitude(x, 1.5, backend="cpu")  # magnitude epilogue
+    assert launches and not any(fn is separable._k_sep for fn in launches)
+    spec = FilterSpec("reflect", 0.0, "stack", (_spec.sep((-1, -2, (1.0, 2.0, 1.0))),))  # not centred
+    assert separable.sep_info(spec) is None
+    spec = FilterSpec("constant", 1.0, "stack", (_spec.sep((-1, -1, (1.0, 2.0, 1.0)), (-2, -1, (1.0, 2.0, 1.0))),))
+    assert separable.sep_info(spec) is None  # sequential constant mode with the horizontal pass first
+    spec = FilterSpec("reflect", 0.0, "stack", (_spec.sep((-1, -1, (1.0, 2.0, 1.0)), (-2, -1, (1.0, 2.0, 1.0))),))
+    assert separable.sep_info(spec) == ((2.0, 1.0), (2.0, 1.0), "reflect", 0.0)
+
+
+def test_gradients_through_the_fast_path():
+    x = rand(1, 2, 9, 11, seed=17).requires_grad_(True)
+    for mode in BASE_MODES:
+        assert torch.autograd.gradcheck(lambda t: tf.gaussian_filter(t, (1.0, 1.6), mode=mode, cval=0.3,
+                                                                     backend="cpu"), (x,))
+
+
+# -------------------------------------------------------------- folding the taps
+
+
+BIG_SHAPES = ((8, 8), (1, 8), (8, 1), (1, 1))
+
+
+@pytest.mark.parametrize("radius", (4000, 2**20))
+@pytest.mark.parametrize("mode", BASE_MODES)
+def test_huge_radius_matches_scipy(mode, radius, engine):
+    for h, w in BIG_SHAPES:
+        x = rand(2, h, w, seed=h * 9 + w)
+        for sigma in (2.0, (0.8, 3000.0)):
+            t0 = time.perf_counter()
+            y = tf.gaussian_filter(x, sigma, radius=radius, mode=mode, cval=CVAL, backend=engine)
+            assert time.perf_counter() - t0 < 30  # (seconds; 2**20 takes 11 s and 1 GiB per axis unfolded)
+            want = sp_gaussian_filter(x, sigma, radius=radius, mode=mode, cval=CVAL)
+            assert_close(y, want, rtol=1e-12, msg=f"{h}x{w} sigma {sigma}")
+
+
+@pytest.mark.parametrize("mode", BASE_MODES)
+def test_huge_radius_nan_rule(mode, engine):
+    """Folded taps keep SciPy's NaN rule: the zero taps far out (exp underflows) still multiply,
+    so an inf anywhere makes NaN everywhere its folded reach covers -- and a derivative's
+    taps of both signs folded onto one sample (summing to exactly 0.0 for the antisymmetric
+    order-1 kernel on wrap) still give inf - inf."""
+    x = rand(1, 8, 8, seed=18)
+    x[0, 2, 3] = float("inf")
+    x[0, 6, 1] = float("nan")
+    for kw in (dict(sigma=1.0), dict(sigma=2.0, order=(0, 1)), dict(sigma=3.0, order=(2, 0))):
+        for radius in (40, 4000):
+            y = tf.gaussian_filter(x, radius=radius, mode=mode, cval=CVAL, backend=engine, **kw).numpy()
+            want = sp_gaussian_filter(x, radius=radius, mode=mode, cval=CVAL, **kw)
+            assert np.array_equal(np.isnan(y), np.isnan(want)), (kw, radius)
+            assert np.array_equal(np.isinf(y), np.isinf(want)), (kw, radius)
+            fin = np.isfinite(want)
+            assert np.allclose(y[fin], want[fin], atol=1e-12, rtol=0), (kw, radius)
+    xf = rand(1, 8, 8, seed=19)
+    for radius in (40, 4000):  # finite input: the folded derivative is SciPy's
+        y = tf.gaussian_filter(xf, 2.0, order=(1, 1), radius=radius, mode=mode, cval=CVAL, backend=engine)
+        assert_close(y, sp_gaussian_filter(xf, 2.0, order=(1, 1), radius=radius, mode=mode, cval=CVAL), rtol=1e-12)
+
+
+def test_huge_radius_gradcheck(engine):
+    x = rand(1, 4, 5, seed=20).requires_grad_(True)
+    for mode in BASE_MODES:
+        for radius in (60, 2**20):
+            assert torch.autograd.gradcheck(
+                lambda t: tf.gaussian_filter(t, (1.5, 2.5), radius=radius, mode=mode, cval=0.3, backend=engine), (x,))
+
+
+def test_huge_radius_float32_and_spec_size():
+    x = rand(3, 8, 8, seed=21, dtype=torch.float32)
+    y = tf.gaussian_filter(x, 2.0, radius=2**20, mode="reflect", backend="cpu")
+    assert_close(y, sp_gaussian_filter(x, 2.0, radius=2**20), rtol=2e-6)
+    from torchfilters import functional
+
+    text = functional._filter_text("reflect", 0.0, "stack", (("gauss", (2.0, 2.0), (0, 0), (2**20, 2**20)),), False)
+    assert len(text) < 20_000  # 2 x 2M taps, almost all exactly 0.0: packed
+    spec = _spec.decode(text)
+    assert len(spec.stencils[0].passes[0].taps) == 2 * 2**20 + 1
+    low = _lowering.lower(spec, 8, 8)
+    assert all(len(p.taps) <= 6 * 8 + 1 for p in low.stencils[0].passes)
+    assert _lowering.lower(spec, 8, 8) is low  # cached
+    assert _lowering.lower(spec, 4096, 4096).stencils[0].passes[0].taps[:3] == (0.0, 0.0, 0.0)
+
+
+def _correlate1d(x, lo, taps, mode, cval):
+    """The definition: ``out[i] = sum_j taps[j] * x[fold(i + lo + j)]``, summed in order."""
+    n = len(x)
+    out = np.zeros(n)
+    with np.errstate(invalid="ignore"):
+        for i in range(n):
+            s = 0.0
+            for j, w in enumerate(taps):
+                f = separable._fold1(n, i + lo + j, mode)
+                s += w * (cval if f < 0 else x[f])
+            out[i] = s
+    return out
+
+
+@pytest.mark.parametrize("mode", BASE_MODES)
+def test_fold_pass_is_the_same_pass(mode):
+    """Folded passes against the definition, with taps of both signs, exact zeros, inf and NaN
+    samples, origins far to one side, and every axis size from 1."""
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 5, 8):
+        for k, lo in ((121, -60), (90, -100), (70, 30), (201, -100), (80, -5), (300, -150)):
+            for kind in ("positive", "mixed", "zeros"):
+                taps = rng.random(k)
+                if kind == "mixed":
+                    taps -= 0.5
+                if kind == "zeros":
+                    taps[rng.random(k) < 0.5] = 0.0
+                p = Pass(-1, lo, tuple(float(t) for t in taps))
+                q = _lowering.fold_pass(p, n, mode)
+                assert q is not p and len(q.taps) <= 6 * n + 3, (n, k, lo, len(q.taps))
+                for trial in range(4):
+                    x = rng.standard_normal(n)
+                    if trial >= 1:
+                        x[rng.integers(n)] = np.inf
+                    if trial >= 2:
+                        x[rng.integers(n)] = -np.inf
+                    if trial == 3:
+                        x[rng.integers(n)] = np.nan
+                    a = _correlate1d(x, p.lo, p.taps, mode, 0.7)
+                    b = _correlate1d(x, q.lo, q.taps, mode, 0.7)
+                    assert np.array_equal(np.isnan(a), np.isnan(b)), (n, k, lo, kind, x)
+                    assert np.array_equal(np.isinf(a), np.isinf(b)) and np.array_equal(a[np.isinf(a)], b[np.isinf(b)])
+                    fin = np.isfinite(a)
+                    assert np.allclose(a[fin], b[fin], atol=1e-12, rtol=0), (n, k, lo, kind)
+
+
+def test_short_passes_are_not_folded():
+    p = Pass(-2, -8, tuple(float(v) for v in range(17)))
+    for mode in BASE_MODES:
+        for n in (1, 4, 28):
+            assert _lowering.fold_pass(p, n, mode) is p  # reach 8 <= 2n + 16
+    spec = FilterSpec("reflect", 0.0, "stack", (_spec.sep((-2, -8, p.taps), (-1, -8, p.taps)),))
+    assert _lowering.lower(spec, 1, 1) is spec
+
+
+def test_packed_taps_round_trip():
+    taps = (0.25,) * 70 + (-0.0, 0.0, float("nan"), float("inf"), float("-inf"), 1e-300, 5e-324) + (0.0,) * 100
+    spec = FilterSpec("wrap", -0.0, "stack", (_spec.sep((-2, -3, taps), (-1, -1, (1.0, 2.0, 1.0))),))
+    text = _spec.encode(spec)
+    assert "<taps:0.25*70 -0.0 0.0 nan inf -inf 1e-300 5e-324 0.0*100>" in text
+    back = _spec.decode(text)
+    got = back.stencils[0].passes[0].taps
+    assert len(got) == len(taps)
+    assert all((a == b and math.copysign(1, a) == math.copysign(1, b)) or (a != a and b != b) for a, b in zip(got, taps))
+    assert back.stencils[0].passes[1] == spec.stencils[0].passes[1] and math.copysign(1, back.cval) < 0
