@@ -62,16 +62,16 @@ def filter_forward(x, spec: FilterSpec, out=None):
     N = x.numel() // (H * W)
     nt = _threads()
     o = _alloc(spec.out_shape(x.shape), x.dtype) if out is None else out
-    sinfo = sep_info(spec)
-    if sinfo is not None:
-        return _sep_forward(x, o, sinfo, H, W, N, nt)
     ok = o.dim() == x.dim() + 1
     x, o2, _, _, L, tmp = _prepare(x, o, ok)
     d3 = _d3_plan(info, H, W, N, nt, x.element_size(), o2.data_ptr() % x.element_size() == 0)
     args = (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype])
+    sinfo = None
     if d3 is not None and L[R_X + 4] == W and L[R_X + 5] == 1 and L[R_O + 4] == W and L[R_O + 5] == 1:
         kernel, D, F, T, nitems = d3  # rows contiguous in and out: the direct 3x3 path
         _launch(kernel, args + (D, F, T, L), nitems, nt, _small(N, H, W))
+    elif (sinfo := sep_info(spec)) is not None:  # symmetric 1-D passes: the separable path
+        _sep_launch(x, o2, L, sinfo, H, W, N, nt)
     else:
         P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
         _launch(_K_FILTER_FWD[info.epi], args + (P, F, L), -(-N // mp) * per, nt, _small(N, H, W))
@@ -80,9 +80,8 @@ def filter_forward(x, spec: FilterSpec, out=None):
     return o
 
 
-def _sep_forward(x, o, sinfo, H, W, N, nt):
-    """The symmetric separable path (``separable``)."""
-    x, o2, _, _, L, tmp = _prepare(x, o, False)
+def _sep_launch(x, o2, L, sinfo, H, W, N, nt):
+    """The symmetric separable path (``separable``) on prepared tensors."""
     isz = x.element_size()
     native = x.dtype in (torch.float32, torch.float64)
     inplace = native and x.data_ptr() % isz == 0 and inplace_ok(x, isz, sinfo)
@@ -91,12 +90,9 @@ def _sep_forward(x, o, sinfo, H, W, N, nt):
     # non-temporal stores (no read for ownership: a third less memory traffic)
     stream = (direct and o2.numel() * isz >= _STREAM_BYTES and W >= _STREAM_MIN_W and o2.data_ptr() % 64 == 0
               and all(s * isz % 64 == 0 for s in o2.stride()[:-1]))
-    P, F, nitems = sep_plan(sinfo, H, W, N, nt, 8 if x.dtype == torch.float64 else 4)
+    P, F, nitems = sep_plan(sinfo, H, W, N, nt, isz)
     _launch(_k_sep, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L, inplace, direct, stream), nitems,
             nt, _small(N, H, W))
-    if tmp:
-        o.copy_(o2)
-    return o
 
 
 def filter_backward(grad, x, spec: FilterSpec, out=None):
