@@ -556,9 +556,11 @@ def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, it0, it1):
                             V[t * VS + dst] = cval if src < 0 else V[t * VS + src]
                 i0 = ra + blk * R
                 if direct:
-                    _hrows(O, ob + i0 * osH + c0, osH, V, VS, G, nr, cw, wh, rh, L, stream)
-                else:
-                    _hrows(OB, 0, VS, V, VS, G, nr, cw, wh, rh, L, False)
+                    dst, d0, dstride, nt = O, ob + i0 * osH + c0, osH, stream
+                else:  # (one call site: one compiled _hrows)
+                    dst, d0, dstride, nt = OB, np.int64(0), VS, False
+                _hrows(dst, d0, dstride, V, VS, G, nr, cw, wh, rh, L, nt)
+                if not direct:
                     for t in range(nr):
                         orow = ob + (i0 + t) * osH + c0 * osW
                         for j in range(cw):
