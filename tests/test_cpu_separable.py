@@ -26,7 +26,7 @@ from torchfilters.backends import _lowering
 cpu = pytest.importorskip("torchfilters.backends.cpu")
 separable = cpu.separable
 
-from conftest import BASE_MODES, CVAL, MODES, assert_close, rand, sp_gaussian_filter  # noqa: E402
+from conftest import BASE_MODES, CVAL, MODES, assert_close, rand, sp_gaussian_filter, sp_selective_blur  # noqa: E402
 
 SHAPES = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 9), (9, 1), (1, 40), (40, 1), (3, 5), (7, 9), (16, 16), (17, 33),
           (28, 28), (40, 3), (5, 70))
@@ -284,6 +284,25 @@ def test_huge_radius_float32_and_spec_size():
     assert all(len(p.taps) <= 6 * 8 + 1 for p in low.stencils[0].passes)
     assert _lowering.lower(spec, 8, 8) is low  # cached
     assert _lowering.lower(spec, 4096, 4096).stencils[0].passes[0].taps[:3] == (0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("mode", BASE_MODES)
+def test_huge_blur_kernel_on_a_small_image(mode, engine):
+    """selective_blur with a Gaussian reaching far past the image (sigma 12: radius 48 on 6x7):
+    its passes are folded too (keep_border specs are not: their band comes from the reach)."""
+    x = rand(2, 6, 7, seed=22)
+    for normalized in (False, True):
+        for keep in (False, True):
+            kw = dict(sigma=12.0, normalized=normalized, keep_border=keep, mode=mode, cval=CVAL)
+            y = tf.selective_blur(x, 0.1, backend=engine, **kw)
+            assert_close(y, sp_selective_blur(x, 0.1, **kw), rtol=1e-12, msg=str(kw))
+            xg = x.clone().requires_grad_(True)
+            tf.selective_blur(xg, 0.1, backend=engine, **kw).square().sum().backward()
+            assert torch.isfinite(xg.grad).all()
+    spec = _spec.decode(tf.functional._blur_text(mode, CVAL, False, False, ("gauss", (12.0, 12.0), (0, 0), (48, 48))))
+    assert _lowering.lower(spec, 6, 7) is not spec
+    kept = _spec.decode(tf.functional._blur_text(mode, CVAL, False, True, ("gauss", (12.0, 12.0), (0, 0), (48, 48))))
+    assert _lowering.lower(kept, 6, 7) is kept
 
 
 def _correlate1d(x, lo, taps, mode, cval):

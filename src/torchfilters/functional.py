@@ -882,9 +882,12 @@ def _gaussian_radii(sigmas, truncate, radius):
 
 def _gaussian_stencil(sigmas, orders, radii):
     passes = []
+    taps = {}  # both axes alike: one kernel (radius=2**20: 2M taps each)
     for axis, s, o, r in zip((-2, -1), sigmas, orders, radii):
         if s > 1e-15:  # SciPy skips axes with sigma ~ 0
-            passes.append((axis, -r, kernels.gaussian_kernel1d(s, o, r)))
+            if (s, o, r) not in taps:
+                taps[s, o, r] = kernels.gaussian_kernel1d(s, o, r)
+            passes.append((axis, -r, taps[s, o, r]))
     return _spec.sep(*passes)
 
 

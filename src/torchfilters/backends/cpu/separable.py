@@ -47,7 +47,7 @@ S_H, S_W, S_RV, S_RH, S_CONST, S_BR, S_NB, S_NC, S_MP = range(9)
 S_VS, S_G, S_TS, S_FOLD, S_STRIP, S_E, S_NRING, S_MODE, S_VPAD = range(9, 18)
 S_HDR = 18
 ST_LEN = 6  # per strip: c0, cw, nseg, seg offset, npad, pad offset
-F_CVAL, F_W = 0, 1
+F_CVAL = 0
 
 #: output rows per vertical block (registers: 8 accumulators + 16 window rows)
 R = 8
@@ -173,8 +173,8 @@ def sep_plan(info, H, W, N, nthreads, itemsize):
     rv, rh = len(wv) - 1, len(wh) - 1
     BR, NB, NC, CW, MP = blocking
     E = max(rv, 1)
-    nrows_pad = -(-BR // R) * R  # rows a block computes (the last block's extra rows are discarded)
-    # row fold table: padded row index m -> image row, for rows -E .. NB*BR + R + E
+    # row fold table, image rows -E .. NB*BR + R + E (a block computes R rows: the last block's
+    # extra ones are discarded)
     lo_row = -E
     hi_row = NB * BR + R + E
     fold = [_fold1(H, i, mode) for i in range(lo_row, hi_row + 1)]
@@ -257,7 +257,6 @@ def inplace_ok(x, itemsize, info):
 
 def _VL(fz):  # pragma: no cover - overload below
     raise NotImplementedError
-
 
 
 @overload(_VL, jit_options=dict(cache=True))
@@ -556,9 +555,11 @@ def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, it0, it1):
                             V[t * VS + dst] = cval if src < 0 else V[t * VS + src]
                 i0 = ra + blk * R
                 if direct:
-                    _hrows(O, ob + i0 * osH + c0, osH, V, VS, G, nr, cw, wh, rh, L, stream)
-                else:
-                    _hrows(OB, 0, VS, V, VS, G, nr, cw, wh, rh, L, False)
+                    dst, d0, dstride, nt = O, ob + i0 * osH + c0, osH, stream
+                else:  # (one call site: one compiled _hrows)
+                    dst, d0, dstride, nt = OB, np.int64(0), VS, False
+                _hrows(dst, d0, dstride, V, VS, G, nr, cw, wh, rh, L, nt)
+                if not direct:
                     for t in range(nr):
                         orow = ob + (i0 + t) * osH + c0 * osW
                         for j in range(cw):
