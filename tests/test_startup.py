@@ -154,6 +154,10 @@ def test_spawned_workers_load_kernels_instead_of_compiling(tmp_path):
     pytest.importorskip("numba")
     script = tmp_path / "spawn_loader.py"
     script.write_text(_SPAWN)
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900)
+    # a cache folder of its own: other test processes saving kernels of the same source file
+    # rewrite its index concurrently (numba's cache is safe for that, but an entry can be lost
+    # and compiled again)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, env=env)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "compiled in workers: 0" in r.stdout, r.stdout
