@@ -1,7 +1,7 @@
 """torchfilters: fast, exact, differentiable image filters for batched PyTorch tensors.
 
-Every op acts on the last two axes of ``(..., H, W)`` tensors with
-``scipy.ndimage``'s semantics (mode names and meanings, any radius on any
+Every op acts on 1, 2 or 3 axes of a tensor (``axes=``; by default the last two of
+``(..., H, W)``) with ``scipy.ndimage``'s semantics (mode names and meanings, any radius on any
 size), exact finite gradients, and fused CPU (numba) / GPU (Triton) engines.
 
     >>> import torch, torchfilters as tf
@@ -21,14 +21,19 @@ from .functional import (
     correlate1d,
     derivative,
     gaussian_filter,
+    gaussian_filter1d,
     gaussian_gradient_magnitude,
+    gaussian_laplace,
     gradient,
     gradient_direction,
     gradient_magnitude,
+    laplace,
     prewitt,
     scharr,
     selective_blur,
     sobel,
+    uniform_filter,
+    uniform_filter1d,
 )
 
 try:
@@ -46,14 +51,19 @@ __all__ = [
     "derivative",
     "empty_cache",
     "gaussian_filter",
+    "gaussian_filter1d",
     "gaussian_gradient_magnitude",
+    "gaussian_laplace",
     "gradient",
     "gradient_direction",
     "gradient_magnitude",
     "kernels",
+    "laplace",
     "nn",
     "prewitt",
     "scharr",
     "selective_blur",
     "sobel",
+    "uniform_filter",
+    "uniform_filter1d",
 ]

@@ -34,9 +34,11 @@ from typing import Callable, Dict, Optional
 __all__ = ["DOCS", "docfiller", "fill"]
 
 _input = """\
-input: the images, a tensor shaped ``(..., H, W)`` (at least 2-D): ``H``
-    is axis -2 (y, rows, growing downwards), ``W`` axis -1 (x, columns);
-    every leading index is an independent image.  Any device.  float16,
+input: the images, a tensor shaped ``(..., H, W)`` for the default
+    ``axes=(-2, -1)`` (at least as many dimensions as ``axes`` name):
+    ``H`` is axis -2 (y, rows, growing downwards), ``W`` axis -1 (x,
+    columns); every index of the other axes is an independent image.
+    Any device.  float16,
     bfloat16, float32 and float64 come back in the same dtype, computed
     in float32 (float64 for float64); integer dtypes (uint8, int16, ...)
     are promoted to float32 (they never wrap around as SciPy's uint8
@@ -47,7 +49,9 @@ input: the images, a tensor shaped ``(..., H, W)`` (at least 2-D): ``H``
 
 _mode = """\
 mode: how ``input`` is extended beyond its edges; SciPy's names and
-    meanings (not ``torch.nn.functional.pad``'s).  For the row
+    meanings (not ``torch.nn.functional.pad``'s).  One name for every
+    axis, or a sequence of one per axis of ``axes`` (in that order),
+    each axis extended by its own mode, as in SciPy.  For the row
     ``a b c d``, the samples a filter sees past each edge:
 
     =================  ===============================  =================
@@ -83,7 +87,7 @@ cval: the value of every sample beyond the edges with
     one-element real tensor; not a bool.  Default 0.0."""
 
 _origin = """\
-origin: shifts the kernel, an int or an ``(oy, ox)`` pair (NumPy
+origin: shifts the kernel, an int or one per axis of ``axes`` (NumPy
     integers too): along an axis of kernel size ``k`` the tap
     ``k // 2 + origin`` sits on the output pixel, so a positive origin
     moves the kernel left/up, as in SciPy.
@@ -96,10 +100,48 @@ origin: shifts the kernel, an int (NumPy integers too): the tap
     ``-(k // 2) <= origin <= (k - 1) // 2``.  Default 0."""
 
 _axis = """\
-axis: the axis to differentiate or filter along: -1 (x, along ``W``; the
-    default) or -2 (y, along ``H``); an int (NumPy integers too).  The
-    ops act on the last two axes only, so negative indices keep leading
-    batch axes out of the way."""
+axis: the axis to differentiate along: -1 (x, along ``W``; the default),
+    -2 (y, along ``H``) or any other of ``axes``; an int (NumPy integers
+    too), negative or not."""
+
+_axis1d = """\
+axis: the axis to filter along, any axis of ``input`` (default -1, x,
+    along ``W``); an int (NumPy integers too), negative or not.  Every
+    other axis is a batch axis."""
+
+_axes = """\
+axes: the axes to filter, 1, 2 or 3 distinct ints (negative or not, in
+    any order), or one int; the others are independent batch axes.
+    Arguments given per axis (``sigma``, ``order``, ``radius``,
+    ``origin``, ``size``, ``mode``) follow this order, as in SciPy.
+    Default None: ``(-2, -1)``, the ``(H, W)`` planes."""
+
+_axes2 = """\
+axes: the two axes of the plane, distinct ints (negative or not);
+    ``atan2`` of the derivative along ``axes[0]`` and along ``axes[1]``.
+    Default None: ``(-2, -1)``."""
+
+_mode_one = """\
+mode: how ``input`` is extended beyond its edges, one name for every
+    axis (SciPy's ``correlate`` takes no per-axis modes); the names and
+    meanings of :func:`torchfilters.gaussian_filter`'s ``mode``.
+    Default ``'reflect'``."""
+
+_weights_nd = """\
+weights: the kernel, one dimension per axis of ``axes`` in increasing
+    axis order (``(kh, kw)`` for the default axes), the same for every
+    other index, of any size (larger than the image too): a real tensor
+    on any device, a NumPy array or a nested sequence of real numbers.
+    Its values are read once, as constants: gradients flow to ``input``
+    only, so a tensor that requires grad raises ``ValueError`` (pass
+    ``weights.detach()``), as does a meta tensor (it holds no values); a
+    sparse tensor raises ``TypeError`` (call ``weights.to_dense()``).
+    Weights with ``|w| <= DBL_EPSILON`` are left out of the footprint,
+    as in SciPy."""
+
+_size = """\
+size: the window length per axis, an int ``>= 1`` or one per axis of
+    ``axes``; an axis of size 1 is not filtered.  Default 3."""
 
 _weights2d = """\
 weights: the ``(kh, kw)`` kernel, the same for every leading index, of
@@ -146,14 +188,14 @@ normalized: ``False`` (default) keeps the integer weights above, as
     (``numpy.bool_`` too)."""
 
 _sigma = """\
-sigma: the Gaussian's standard deviation in pixels, a number or a
-    ``(sigma_y, sigma_x)`` pair (sequence, NumPy array or tensor of
-    two); finite and ``>= 0``.  An axis whose sigma is 0 (below 1e-15)
+sigma: the Gaussian's standard deviation in pixels, a number or one per
+    axis of ``axes`` (a sequence, NumPy array or tensor; ``(sigma_y,
+    sigma_x)`` for the default axes); finite and ``>= 0``.  An axis whose sigma is 0 (below 1e-15)
     is not filtered, as in SciPy."""
 
 _order = """\
 order: 0 (smooth), 1 or 2 (first or second derivative of the Gaussian),
-    an int or a ``(order_y, order_x)`` pair; SciPy's kernels.  Default
+    an int or one per axis of ``axes``; SciPy's kernels.  Default
     0."""
 
 _truncate = """\
@@ -162,8 +204,8 @@ truncate: the kernel radius in sigmas:
     ``2 * radius + 1`` taps; finite and ``>= 0``.  Default 4.0."""
 
 _radius = """\
-radius: an explicit kernel radius in pixels, a non-negative int or a
-    ``(radius_y, radius_x)`` pair (at most 2**20); overrides
+radius: an explicit kernel radius in pixels, a non-negative int or one
+    per axis of ``axes`` (at most 2**20); overrides
     ``truncate``.  Default None (from ``truncate``)."""
 
 _threshold = """\
@@ -224,10 +266,13 @@ device."""
 
 _raises = """\
 TypeError: ``input`` not a tensor, of dtype bool, complex or float8, or
-    not dense (sparse, mkldnn, nested); ``mode`` not a str; ``cval`` not
+    not dense (sparse, mkldnn, nested); ``mode`` not a str (or a
+    sequence of them); an axis of ``axes`` not an int; ``cval`` not
     a real number; ``out`` not a tensor, not dense, or not of the
     result's dtype.
-ValueError: ``input`` with fewer than 2 dimensions; an unknown ``mode``
+ValueError: ``axes`` with duplicates, out of range for ``input``, none
+    or more than 3; a per-axis sequence (``mode``, ``sigma``, ...) whose
+    length is not ``len(axes)``; an unknown ``mode``
     (a torch/NumPy/OpenCV name gets the SciPy name to use); a meta
     tensor for a value such as ``cval``; ``out`` of the wrong shape or
     device, or overlapping itself; an unknown ``backend`` or
@@ -239,7 +284,8 @@ BackendUnavailableError: the engine ``backend`` or
     ``RuntimeError``)."""
 
 _matches = """\
-SciPy: on each ``(H, W)`` slice ``x`` of ``input``, the same as
+SciPy: on each slice ``x`` of ``input`` along the chosen axes (``(H, W)``
+by default), the same as
 %(scipy)s
 (SciPy in float64; equal to floating-point rounding)."""
 
@@ -252,6 +298,12 @@ DOCS: Dict[str, str] = {
     "origin": _origin,
     "origin1d": _origin1d,
     "axis": _axis,
+    "axis1d": _axis1d,
+    "axes": _axes,
+    "axes2": _axes2,
+    "mode_one": _mode_one,
+    "weights_nd": _weights_nd,
+    "size": _size,
     "weights2d": _weights2d,
     "weights1d": _weights1d,
     "operator": _operator,

@@ -1,6 +1,6 @@
 """Stencil specifications: the data every backend executes.
 
-Every op in torchfilters is "a few small linear stencils on the last two
+Every op in torchfilters is "a few small linear stencils on 1, 2 or 3 spatial
 axes, combined pointwise, maybe masked".  A spec describes that as data; the
 backends (reference, numba CPU, Triton) each implement one engine that runs
 any spec.  Specs travel through ``torch.library`` custom ops as strings (so
@@ -12,7 +12,17 @@ A :class:`Stencil` is either
   another, each padding by the boundary mode -- SciPy's semantics for
   ``sobel``/``gaussian_filter`` (which matter in ``constant`` mode with a
   non-zero ``cval``), or
-* ``dense``: one 2-D kernel ``taps[a][b]`` at offsets ``(lo_y + a, lo_x + b)``.
+* ``dense``: one kernel over the spatial axes, ``taps[a][b]`` at offsets
+  ``(lo_y + a, lo_x + b)`` (nested one level per spatial axis: ``ndim`` levels).
+
+**Spatial axes.**  A spec acts on the last ``ndim`` axes of the tensor an engine gets
+(1, 2 or 3; the public functions move the caller's ``axes`` there, see
+``functional._axes``); the others are independent images.  ``Pass.axis`` counts from the
+end: ``-1`` (x, W), ``-2`` (y, H), ``-3`` (z, D).  ``mode`` is one boundary mode for every
+axis, or a tuple of ``ndim`` modes, ``mode[i]`` for axis ``i - ndim`` (SciPy's per-axis
+modes; :func:`axis_mode` reads it).  A tuple whose modes are all equal is always stored as
+the one string (:func:`canonical_modes`), so engines see per-axis tuples only where they
+matter.
 
 Offsets follow ``scipy.ndimage.correlate``: output ``[i]`` reads
 ``input[i + lo + j]`` for tap ``j``, with ``lo = -(k // 2) - origin``.
@@ -33,7 +43,7 @@ Taps = Tuple[float, ...]
 
 
 class Pass(NamedTuple):
-    axis: int  # -2 (H, y) or -1 (W, x)
+    axis: int  # -1 (W, x), -2 (H, y) or -3 (D, z): counted from the end
     lo: int  # offset of the first tap
     taps: Taps
 
@@ -41,15 +51,16 @@ class Pass(NamedTuple):
 class Stencil(NamedTuple):
     kind: str  # "sep" or "dense"
     passes: Tuple[Pass, ...] = ()  # sep
-    lo: Tuple[int, int] = (0, 0)  # dense: (lo_y, lo_x)
-    taps: Tuple[Taps, ...] = ()  # dense: kh rows of kw taps
+    lo: Tuple[int, ...] = (0, 0)  # dense: first offset per spatial axis, (lo_y, lo_x) in 2-D
+    taps: tuple = ()  # dense: nested, one level per spatial axis (kh rows of kw taps in 2-D)
 
     def extent(self, axis: int) -> Tuple[int, int]:
         """(lo, hi) offsets this stencil reads along ``axis`` (inclusive)."""
         if self.kind == "dense":
-            if axis == -2:
-                return self.lo[0], self.lo[0] + len(self.taps) - 1
-            return self.lo[1], self.lo[1] + len(self.taps[0]) - 1
+            d = len(self.lo)
+            if axis < -d:
+                return 0, 0
+            return self.lo[axis], self.lo[axis] + dense_shape(self.taps)[axis] - 1
         lo = hi = 0
         for p in self.passes:
             if p.axis == axis:
@@ -64,20 +75,23 @@ class Stencil(NamedTuple):
 class FilterSpec(NamedTuple):
     """``epilogue`` combines the stencils' results pointwise:
 
-    * ``stack``: one stencil -> ``(..., H, W)``; several -> ``(..., K, H, W)``
+    * ``stack``: one stencil -> ``(..., *spatial)``; several -> ``(..., K, *spatial)``
+    * ``sum``: ``sum_k y_k`` (Laplacians: SciPy's ``generic_laplace`` adds one result per axis)
     * ``magnitude``: ``sqrt(sum_k y_k**2)``, gradient 0 where it is 0
     * ``direction``: ``atan2(y_0, y_1)``, gradient 0 where both are 0
     """
 
-    mode: str
+    mode: "str | Tuple[str, ...]"
     cval: float
     epilogue: str
     stencils: Tuple[Stencil, ...]
+    ndim: int = 2
 
     def out_shape(self, shape):
         shape = tuple(shape)
         if self.epilogue == "stack" and len(self.stencils) > 1:
-            return shape[:-2] + (len(self.stencils),) + shape[-2:]
+            d = self.ndim
+            return shape[:-d] + (len(self.stencils),) + shape[-d:]
         return shape
 
     @property
@@ -88,11 +102,32 @@ class FilterSpec(NamedTuple):
 class BlurSpec(NamedTuple):
     """Selective blur: blur where the mask holds (``blend``) or masked mean (``normalized``)."""
 
-    mode: str
+    mode: "str | Tuple[str, ...]"
     cval: float
     normalized: bool
     keep_border: bool
     stencil: Stencil
+    ndim: int = 2
+
+
+def axis_mode(mode, axis: int, ndim: int) -> str:
+    """The boundary mode of spatial axis ``axis`` (negative) in a spec of ``ndim`` axes."""
+    return mode if isinstance(mode, str) else mode[ndim + axis]
+
+
+def canonical_modes(modes) -> "str | Tuple[str, ...]":
+    """A tuple of per-axis modes, as one string when they are all equal."""
+    modes = tuple(modes)
+    return modes[0] if all(m == modes[0] for m in modes) else modes
+
+
+def dense_shape(taps) -> Tuple[int, ...]:
+    """The shape of a nested tuple of dense taps."""
+    shape = []
+    while isinstance(taps, tuple):
+        shape.append(len(taps))
+        taps = taps[0]
+    return tuple(shape)
 
 
 def cached(fn):
@@ -191,7 +226,7 @@ def encode(spec) -> str:
 
 def _stencil(t) -> Stencil:
     kind, passes, lo, taps = t
-    return Stencil(kind, tuple(Pass(*p) for p in passes), tuple(lo), tuple(tuple(r) for r in taps))
+    return Stencil(kind, tuple(Pass(*p) for p in passes), tuple(lo), taps)
 
 
 @cached
@@ -200,11 +235,11 @@ def decode(text: str):
     # literals only: spec strings also live in exported programs, never evaluate code
     t = _unplain(ast.literal_eval("(" + body))
     if name == "FilterSpec":
-        mode, cval, epilogue, stencils = t
-        return FilterSpec(mode, float(cval), epilogue, tuple(_stencil(s) for s in stencils))
+        mode, cval, epilogue, stencils, *nd = t
+        return FilterSpec(mode, float(cval), epilogue, tuple(_stencil(s) for s in stencils), *nd)
     if name == "BlurSpec":
-        mode, cval, normalized, keep_border, stencil = t
-        return BlurSpec(mode, float(cval), bool(normalized), bool(keep_border), _stencil(stencil))
+        mode, cval, normalized, keep_border, stencil, *nd = t
+        return BlurSpec(mode, float(cval), bool(normalized), bool(keep_border), _stencil(stencil), *nd)
     raise ValueError(f"not a torchfilters spec: {text[:60]!r}")
 
 
@@ -218,8 +253,14 @@ DBL_EPSILON = 2.220446049250313e-16
 
 
 def dense(taps, lo) -> Stencil:
-    rows = tuple(tuple(0.0 if abs(float(w)) <= DBL_EPSILON else float(w) for w in row) for row in taps)
-    return Stencil("dense", (), (int(lo[0]), int(lo[1])), rows)
+    """A dense stencil: ``taps`` nested ``len(lo)`` levels deep, first offsets ``lo``."""
+
+    def clean(t, depth):
+        if depth == 0:
+            return 0.0 if abs(float(t)) <= DBL_EPSILON else float(t)
+        return tuple(clean(v, depth - 1) for v in t)
+
+    return Stencil("dense", (), tuple(int(v) for v in lo), clean(taps, len(lo)))
 
 
 def centered_lo(k: int, origin: int = 0) -> int:

@@ -143,12 +143,13 @@ _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def check_input(input, name: str = "input") -> torch.Tensor:
-    """Validate an image tensor shaped ``(..., H, W)``; promote integers to float32.
+    """Validate an image tensor (``axes`` say which of its axes are filtered); promote
+    integers to float32.
 
     Raises:
         TypeError: not a tensor, a sparse/mkldnn/nested tensor, or a
             bool/complex/unsupported dtype.
-        ValueError: fewer than 2 dimensions.
+        ValueError: a 0-d tensor.
     """
     if not isinstance(input, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor shaped (..., H, W); got {type_name(input)}")
@@ -166,10 +167,8 @@ def check_input(input, name: str = "input") -> torch.Tensor:
             )
         # integers (uint8, int16, ...): promote, never wrap around
         input = input.to(torch.float32)
-    if input.dim() < 2:
-        raise ValueError(
-            f"{name} must have at least 2 dimensions (..., H, W); got shape {tuple(input.shape)}"
-        )
+    if input.dim() < 1:
+        raise ValueError(f"{name} must have at least 1 dimension; got a 0-d tensor")
     return input
 
 
@@ -204,28 +203,98 @@ def check_real(value, name: str, *, allow_inf: bool = True) -> float:
 
 
 def pair(value, name: str):
-    """A scalar or a length-2 sequence (a tensor or NumPy array too) -> tuple (for y/H, x/W)."""
+    """A scalar or a length-2 sequence -> tuple (for y/H, x/W): :func:`per_axis` of 2."""
+    return per_axis(value, 2, name)
+
+
+def per_axis(value, k: int, name: str):
+    """A scalar or a sequence of ``k`` values (a tensor or NumPy array too) -> tuple of ``k``,
+    one per filtered axis, in ``axes`` order (SciPy's rule for ``sigma``, ``order``, ...).
+
+    Raises:
+        ValueError: a sequence whose length is not ``k``.
+    """
     if isinstance(value, torch.Tensor):
         value = tensor_values(value, name)
     elif isinstance(value, np.ndarray):
         value = value.tolist()
     if isinstance(value, (list, tuple)):
-        if len(value) != 2:
-            raise ValueError(f"{name} must be a scalar or a pair (y, x) for axes (-2, -1); got {value!r}")
+        if len(value) != k:
+            raise ValueError(
+                f"{name} must be a scalar or a sequence of {k} (one per axis in axes); got {value!r}"
+            )
         return tuple(value)
-    return (value, value)
+    return (value,) * k
 
 
-def check_axis(axis) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, Integral):
-        raise TypeError(f"axis must be an int, -1 (x, W) or -2 (y, H); got {type_name(axis)}")
+def check_axes(axes, ndim: int, default=(-2, -1)):
+    """``axes`` (None for ``default``; an int or a sequence of 1 to 3 distinct ints, NumPy
+    integers too, negative or not) -> tuple of non-negative axes of an ``ndim``-D input, in
+    the caller's order.
+
+    Raises:
+        TypeError: an axis that is not an int.
+        ValueError: duplicates, an axis out of range, none or more than 3.
+    """
+    given = axes
+    if axes is None:
+        axes = default
+    if isinstance(axes, torch.Tensor):
+        axes = tensor_values(axes, "axes")
+    elif isinstance(axes, np.ndarray):
+        axes = axes.tolist()
+    if isinstance(axes, (bool, np.bool_)) or isinstance(axes, (str, bytes)):
+        raise TypeError(f"axes must be an int or a sequence of ints; got {type_name(axes)}")
+    if isinstance(axes, Integral):
+        axes = (axes,)
+    try:
+        axes = tuple(axes)
+    except TypeError:
+        raise TypeError(f"axes must be an int or a sequence of ints; got {type_name(axes)}") from None
+    for a in axes:
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, Integral):
+            raise TypeError(f"axes must hold ints; got {type_name(a)} in axes={given!r}")
+    if not 1 <= len(axes) <= 3:
+        raise ValueError(f"axes must name 1, 2 or 3 axes; got axes={given!r}")
+    out = []
+    for a in axes:
+        a = int(a)
+        if not -ndim <= a < ndim:
+            if given is None:
+                raise ValueError(
+                    f"input must have at least {len(axes)} dimensions for the default axes={tuple(default)} "
+                    f"(..., H, W); got {ndim} (pass axes= to filter fewer axes)"
+                )
+            raise ValueError(f"axes={given!r} is out of range for an input of {ndim} dimensions")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"axes must be distinct; got axes={given!r}")
+    return tuple(out)
+
+
+def check_modes(mode, k: int):
+    """``mode``: one mode name for every axis, or a sequence of ``k`` (in ``axes`` order) ->
+    tuple of ``k`` canonical names."""
+    if isinstance(mode, str):
+        return (canonical_mode(mode),) * k
+    if isinstance(mode, (list, tuple)):
+        if len(mode) != k:
+            raise ValueError(
+                f"mode must be a str or a sequence of {k} (one per axis in axes); got {mode!r}"
+            )
+        return tuple(canonical_mode(m) for m in mode)
+    return (canonical_mode(mode),) * k  # the TypeError
+
+
+def check_axis(axis, ndim: int, name: str = "axis") -> int:
+    """An axis of an ``ndim``-D input (an int, NumPy integers too, negative or not) -> its
+    non-negative index."""
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, Integral):
+        raise TypeError(f"{name} must be an int (-1: x, along W; -2: y, along H); got {type_name(axis)}")
     axis = int(axis)
-    if axis not in (-1, -2):
-        raise ValueError(
-            f"axis must be -1 (x, W) or -2 (y, H); got {axis}. Filters act on the last two "
-            "axes; use negative indices so leading batch axes do not matter"
-        )
-    return axis
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}={axis} is out of range for an input of {ndim} dimensions")
+    return axis % ndim
 
 
 def check_out(out, shape, dtype, device, name: str = "out") -> None:

@@ -1,4 +1,4 @@
-"""Host-side rules every engine applies to a spec before planning it, once per ``(spec, H, W)``.
+"""Host-side rules every engine applies to a spec before planning it, once per ``(spec, shape)``.
 
 **Folding taps onto the image's period.**  A 1-D pass of a length-``n`` axis computes
 ``out[i] = sum_j w_j x[fold(i + lo + j)]``.  Taps whose offsets always read the same sample
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._spec import BlurSpec, FilterSpec, Pass, Stencil
+from .._spec import BlurSpec, FilterSpec, Pass, Stencil, axis_mode
 
 __all__ = ["lower", "fold_pass"]
 
@@ -43,39 +43,42 @@ _cache: dict = {}
 _CACHE_MAX = 256
 
 
-def lower(spec, H: int, W: int):
+def lower(spec, shape):
     """``spec`` with every ``sep`` pass folded onto the image's period (see the module
-    docstring); the very same object when nothing folds.  Cached by identity: decoded specs
-    are cached by text, and a huge spec is never hashed here."""
-    key = (id(spec), H, W)
+    docstring); the very same object when nothing folds.  ``shape`` is the input's shape (its
+    last ``spec.ndim`` sizes are the spatial ones).  Cached by identity: decoded specs are
+    cached by text, and a huge spec is never hashed here."""
+    sizes = tuple(shape[-spec.ndim:])
+    key = (id(spec), sizes)
     hit = _cache.get(key)
     if hit is not None and hit[0] is spec:
         return hit[1]
-    out = _lower(spec, H, W)
+    out = _lower(spec, sizes)
     if len(_cache) >= _CACHE_MAX:
         _cache.clear()
     _cache[key] = (spec, out)
     return out
 
 
-def _lower(spec, H, W):
+def _lower(spec, sizes):
     if isinstance(spec, FilterSpec):
-        sts = tuple(_lower_stencil(st, spec.mode, H, W) for st in spec.stencils)
+        sts = tuple(_lower_stencil(st, spec.mode, sizes) for st in spec.stencils)
         if all(a is b for a, b in zip(sts, spec.stencils)):
             return spec
-        return FilterSpec(spec.mode, spec.cval, spec.epilogue, sts)
+        return spec._replace(stencils=sts)
     if isinstance(spec, BlurSpec) and not spec.keep_border:
-        st = _lower_stencil(spec.stencil, spec.mode, H, W)
+        st = _lower_stencil(spec.stencil, spec.mode, sizes)
         if st is spec.stencil:
             return spec
-        return BlurSpec(spec.mode, spec.cval, spec.normalized, spec.keep_border, st)
+        return spec._replace(stencil=st)
     return spec
 
 
-def _lower_stencil(st: Stencil, mode: str, H: int, W: int) -> Stencil:
+def _lower_stencil(st: Stencil, mode, sizes) -> Stencil:
     if st.kind != "sep":
         return st
-    passes = tuple(fold_pass(p, H if p.axis == -2 else W, mode) for p in st.passes)
+    d = len(sizes)
+    passes = tuple(fold_pass(p, sizes[p.axis], axis_mode(mode, p.axis, d)) for p in st.passes)
     if all(a is b for a, b in zip(passes, st.passes)):
         return st
     return Stencil("sep", passes, st.lo, st.taps)

@@ -9,9 +9,11 @@ gradient is 0 -- not NaN -- where the gradient vector vanishes.
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
-from .._spec import BlurSpec, FilterSpec, Stencil
+from .._spec import BlurSpec, FilterSpec, Stencil, axis_mode, dense_shape
 from .._validate import compute_dtype
 from ._lowering import lower
 
@@ -67,25 +69,37 @@ def _pass1d(x: torch.Tensor, dim: int, lo: int, taps, mode: str, cval: float) ->
     return out if out is not None else torch.zeros_like(x)
 
 
-def apply_stencil(x: torch.Tensor, st: Stencil, mode: str, cval: float) -> torch.Tensor:
-    """Evaluate one stencil on ``x`` shaped ``(..., H, W)`` (already in compute dtype)."""
+def _dense_terms(taps, shape):
+    """``(index, weight)`` of every non-zero dense tap (zero taps are outside the footprint,
+    as in SciPy's N-D ``correlate``, which drops ``|w| <= DBL_EPSILON``; the spec builder
+    already zeroed those)."""
+    for idx in itertools.product(*(range(k) for k in shape)):
+        w = taps
+        for i in idx:
+            w = w[i]
+        if w != 0.0:
+            yield idx, w
+
+
+def apply_stencil(x: torch.Tensor, st: Stencil, mode, cval: float, ndim: int = 2) -> torch.Tensor:
+    """Evaluate one stencil on ``x`` shaped ``(..., *spatial)`` (``ndim`` spatial axes, already
+    in compute dtype); ``mode`` is one mode or one per spatial axis."""
     if st.kind == "sep":
         for p in st.passes:
-            x = _pass1d(x, p.axis, p.lo, p.taps, mode, cval)
+            x = _pass1d(x, p.axis, p.lo, p.taps, axis_mode(mode, p.axis, ndim), cval)
         return x
-    kh, kw = len(st.taps), len(st.taps[0])
-    (ly, lx) = st.lo
-    H, W = x.shape[-2:]
-    xp = _pad(_pad(x, -2, ly, ly + kh - 1, mode, cval), -1, lx, lx + kw - 1, mode, cval)
-    # zero taps are outside the footprint, as in SciPy's 2-D correlate (which drops
-    # |w| <= DBL_EPSILON; the spec builder already zeroed those).  No conv2d: it would
-    # multiply NaNs by zero taps and follow torch.autocast into low precision.
+    shape = dense_shape(st.taps)
+    d = len(shape)
+    sizes = x.shape[-d:]
+    xp = x
+    for a in range(-d, 0):
+        xp = _pad(xp, a, st.lo[a], st.lo[a] + shape[a] - 1, axis_mode(mode, a, ndim), cval)
+    # no conv: it would multiply NaNs by zero taps and follow torch.autocast into low precision
     y = None
-    for a, row in enumerate(st.taps):
-        for b, w in enumerate(row):
-            if w != 0.0:
-                term = xp[..., a : a + H, b : b + W] * w
-                y = term if y is None else y + term
+    for idx, w in _dense_terms(st.taps, shape):
+        sl = (Ellipsis,) + tuple(slice(i, i + n) for i, n in zip(idx, sizes))
+        term = xp[sl] * w
+        y = term if y is None else y + term
     return y if y is not None else torch.zeros_like(x)
 
 
@@ -106,25 +120,32 @@ def _direction(y0, y1):
 
 def filter_compute(x: torch.Tensor, spec: FilterSpec) -> torch.Tensor:
     """Differentiable evaluation in ``x``'s dtype (the compute dtype)."""
-    spec = lower(spec, x.shape[-2], x.shape[-1])
-    ys = [apply_stencil(x, st, spec.mode, spec.cval) for st in spec.stencils]
+    spec = lower(spec, x.shape)
+    ys = [apply_stencil(x, st, spec.mode, spec.cval, spec.ndim) for st in spec.stencils]
     if spec.epilogue == "magnitude":
         return _magnitude(ys)
     if spec.epilogue == "direction":
         return _direction(ys[0], ys[1])
+    if spec.epilogue == "sum":
+        out = ys[0]
+        for y in ys[1:]:
+            out = out + y
+        return out
     if len(ys) == 1:
         return ys[0]
-    return torch.stack(ys, dim=-3)
+    return torch.stack(ys, dim=-1 - spec.ndim)
 
 
-def border_mask(H: int, W: int, st: Stencil, device) -> torch.Tensor:
-    """True where the stencil's footprint stays inside the image."""
-    (ly, hy), (lx, hx) = st.extent(-2), st.extent(-1)
-    r = torch.arange(H, device=device)
-    c = torch.arange(W, device=device)
-    rows = (r + ly >= 0) & (r + hy <= H - 1)
-    cols = (c + lx >= 0) & (c + hx <= W - 1)
-    return rows[:, None] & cols[None, :]
+def border_mask(shape, st: Stencil, device) -> torch.Tensor:
+    """True where the stencil's footprint stays inside the image (``shape``: the spatial sizes)."""
+    d = len(shape)
+    out = torch.ones((), dtype=torch.bool, device=device)
+    for a, n in zip(range(-d, 0), shape):
+        lo, hi = st.extent(a)
+        r = torch.arange(n, device=device)
+        inside = (r + lo >= 0) & (r + hi <= n - 1)
+        out = out.unsqueeze(-1) & inside.view((1,) * (out.dim()) + (n,))
+    return out
 
 
 def blur_masks(x: torch.Tensor, mask, spec: BlurSpec, threshold: float):
@@ -132,20 +153,20 @@ def blur_masks(x: torch.Tensor, mask, spec: BlurSpec, threshold: float):
 
     A kept border pixel is not written but still counts as a neighbour."""
     m = (x >= threshold) if mask is None else mask.to(device=x.device, dtype=torch.bool)
-    w = m & border_mask(x.shape[-2], x.shape[-1], spec.stencil, x.device) if spec.keep_border else m
+    w = m & border_mask(x.shape[-spec.ndim:], spec.stencil, x.device) if spec.keep_border else m
     return m, w
 
 
 def blur_compute(x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
-    spec = lower(spec, x.shape[-2], x.shape[-1])
+    spec = lower(spec, x.shape)
     m, w = blur_masks(x, mask, spec, threshold)
     if not spec.normalized:
-        b = apply_stencil(x, spec.stencil, spec.mode, spec.cval)
+        b = apply_stencil(x, spec.stencil, spec.mode, spec.cval, spec.ndim)
         return torch.where(w, b, x)
     mf = m.to(x.dtype)
     # outside the image nothing is masked: in constant mode cval never enters the mean
-    num = apply_stencil(torch.where(m, x, torch.zeros_like(x)), spec.stencil, spec.mode, 0.0)
-    den = apply_stencil(mf, spec.stencil, spec.mode, 0.0)
+    num = apply_stencil(torch.where(m, x, torch.zeros_like(x)), spec.stencil, spec.mode, 0.0, spec.ndim)
+    den = apply_stencil(mf, spec.stencil, spec.mode, 0.0, spec.ndim)
     use = w & (den > 0)
     return torch.where(use, num / torch.where(use, den, torch.ones_like(den)), x)
 
@@ -175,31 +196,35 @@ def _unpad(gp: torch.Tensor, dim: int, n: int, lo: int, hi: int, mode: str) -> t
     return gx.narrow(dim, 0, n).contiguous() if mode == "constant" else gx
 
 
-def apply_stencil_adjoint(g: torch.Tensor, st: Stencil, mode: str) -> torch.Tensor:
+def apply_stencil_adjoint(g: torch.Tensor, st: Stencil, mode, ndim: int = 2) -> torch.Tensor:
     """``A^T g`` for the linear part of :func:`apply_stencil` (``cval`` adds a constant only)."""
     if st.kind == "sep":
         for p in reversed(st.passes):
-            g = _pass1d_adjoint(g, p.axis, p.lo, p.taps, mode)
+            g = _pass1d_adjoint(g, p.axis, p.lo, p.taps, axis_mode(mode, p.axis, ndim))
         return g
-    kh, kw = len(st.taps), len(st.taps[0])
-    (ly, lx) = st.lo
-    H, W = g.shape[-2:]
-    gp = g.new_zeros(g.shape[:-2] + (H + kh - 1, W + kw - 1))
-    for a, row in enumerate(st.taps):
-        for b, w in enumerate(row):
-            if w != 0.0:
-                gp[..., a : a + H, b : b + W].add_(g, alpha=w)
-    return _unpad(_unpad(gp, -1, W, lx, lx + kw - 1, mode), -2, H, ly, ly + kh - 1, mode)
+    shape = dense_shape(st.taps)
+    d = len(shape)
+    sizes = g.shape[-d:]
+    gp = g.new_zeros(g.shape[:-d] + tuple(n + k - 1 for n, k in zip(sizes, shape)))
+    for idx, w in _dense_terms(st.taps, shape):
+        sl = (Ellipsis,) + tuple(slice(i, i + n) for i, n in zip(idx, sizes))
+        gp[sl].add_(g, alpha=w)
+    for a in range(-1, -d - 1, -1):
+        gp = _unpad(gp, a, sizes[a], st.lo[a], st.lo[a] + shape[a] - 1, axis_mode(mode, a, ndim))
+    return gp
 
 
 def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec) -> torch.Tensor:
     """Gradient with respect to ``x`` of :func:`filter_compute` (both in compute dtype)."""
-    spec = lower(spec, x.shape[-2], x.shape[-1])
+    spec = lower(spec, x.shape)
     sts = spec.stencils
+    nd = spec.ndim
     if spec.epilogue == "stack":
-        gs = [g] if len(sts) == 1 else list(g.unbind(-3))
+        gs = [g] if len(sts) == 1 else list(g.unbind(-1 - nd))
+    elif spec.epilogue == "sum":
+        gs = [g] * len(sts)
     else:
-        ys = [apply_stencil(x, st, spec.mode, spec.cval) for st in sts]
+        ys = [apply_stencil(x, st, spec.mode, spec.cval, nd) for st in sts]
         if spec.epilogue == "magnitude":
             m = _magnitude(ys)
             zero = m == 0
@@ -213,22 +238,23 @@ def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec) -> torch.Tens
             gs = [scale * b, -scale * a]
     out = None
     for gk, st in zip(gs, sts):
-        t = apply_stencil_adjoint(gk, st, spec.mode)
+        t = apply_stencil_adjoint(gk, st, spec.mode, nd)
         out = t if out is None else out + t
     return out
 
 
 def blur_vjp(g: torch.Tensor, x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
-    spec = lower(spec, x.shape[-2], x.shape[-1])
+    spec = lower(spec, x.shape)
+    nd = spec.ndim
     m, w = blur_masks(x, mask, spec, threshold)
     zero = torch.zeros_like(g)
     if not spec.normalized:
-        return apply_stencil_adjoint(torch.where(w, g, zero), spec.stencil, spec.mode) + torch.where(w, zero, g)
+        return apply_stencil_adjoint(torch.where(w, g, zero), spec.stencil, spec.mode, nd) + torch.where(w, zero, g)
     mf = m.to(x.dtype)
-    den = apply_stencil(mf, spec.stencil, spec.mode, 0.0)
+    den = apply_stencil(mf, spec.stencil, spec.mode, 0.0, nd)
     use = w & (den > 0)
     gd = torch.where(use, g / torch.where(use, den, torch.ones_like(den)), zero)
-    return mf * apply_stencil_adjoint(gd, spec.stencil, spec.mode) + torch.where(use, zero, g)
+    return mf * apply_stencil_adjoint(gd, spec.stencil, spec.mode, nd) + torch.where(use, zero, g)
 
 
 # ----------------------------------------------------------------------------

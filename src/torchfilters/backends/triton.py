@@ -78,6 +78,8 @@ from ._lowering import lower
 from .._validate import compute_dtype
 from . import reference as _ref
 from ._layout import collapse_planes
+from ._planar import adapt as _adapt
+from types import SimpleNamespace
 
 NAME = "triton"
 UNAVAILABLE_HINT = (
@@ -864,7 +866,7 @@ _PLANS: dict = {}
 
 def _lower(spec, H, W, NP, dtype, device, threshold):
     """Build (and cache) the launch plan of ``spec`` on ``NP`` planes of ``H x W``."""
-    spec = lower(spec, H, W)  # taps folded onto the image's period (a huge radius on a small image)
+    spec = lower(spec, (H, W))  # taps folded onto the image's period (a huge radius on a small image)
     # cval's sign is part of the key (-0.0 == 0.0 but pads differently signed zeros)
     key = (spec, math.copysign(1.0, spec.cval), H, W, min(NP, 64), dtype, device, threshold, tuple(_TILE.values()))
     plan = _PLANS.get(key)
@@ -890,6 +892,8 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
         has_mask_possible = True
     else:
         if len(spec.stencils) > 2 or (spec.epilogue == "direction" and len(spec.stencils) != 2):
+            return None
+        if spec.epilogue not in _EPILOGUES:  # "sum" (Laplacians): the reference engine, for now
             return None
         mode, cval = spec.mode, spec.cval
         stencils = []
@@ -1079,7 +1083,7 @@ def _result(out, shape, x):
 # engine interface (as reference.py)
 
 
-def filter_forward(x, spec: FilterSpec, out=None):
+def _filter_forward_planes(x, spec: FilterSpec, out=None):
     shape = spec.out_shape(x.shape)
     if out is not None:
         _check_out(out, shape, x.dtype, x.device, (x,))
@@ -1095,7 +1099,7 @@ def filter_forward(x, spec: FilterSpec, out=None):
     return y
 
 
-def filter_backward(grad, x, spec: FilterSpec, out=None):
+def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
     if out is not None:
         _check_out(out, x.shape, x.dtype, x.device, (x, grad))
     H, W = x.shape[-2:]
@@ -1118,7 +1122,7 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
     return gin
 
 
-def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
+def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
     if out is not None:
         _check_out(out, x.shape, x.dtype, x.device, (x, mask))
     H, W = x.shape[-2:]
@@ -1134,7 +1138,7 @@ def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
     return y
 
 
-def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
+def _blur_backward_planes(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
     if out is not None:
         _check_out(out, x.shape, x.dtype, x.device, (x, grad, mask))
     H, W = x.shape[-2:]
@@ -1174,3 +1178,13 @@ def _mask(mask, x):
     if mask.device != x.device:
         mask = mask.to(x.device)
     return mask.expand(x.shape)
+
+
+# specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of one row, or the reference
+# engine where no plane engine fits
+filter_forward, filter_backward, blur_forward, blur_backward = _adapt(
+    SimpleNamespace(filter_forward=_filter_forward_planes, filter_backward=_filter_backward_planes,
+                    blur_forward=_blur_forward_planes, blur_backward=_blur_backward_planes),
+    SimpleNamespace(**{n: functools.partial(_fallback, n)
+                       for n in ("filter_forward", "filter_backward", "blur_forward", "blur_backward")}),
+)

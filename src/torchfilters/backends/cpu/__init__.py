@@ -22,8 +22,11 @@ import numpy as np
 import torch
 
 from ..._spec import BlurSpec, FilterSpec
+from types import SimpleNamespace
+
 from .. import reference
 from .._lowering import lower
+from .._planar import adapt
 from . import cache
 
 cache.install()  # before the kernel modules: their decorators pick the cache locator
@@ -53,8 +56,8 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
 # engine entry points
 
 
-def filter_forward(x, spec: FilterSpec, out=None):
-    spec = lower(spec, x.shape[-2], x.shape[-1])
+def _filter_forward_planes(x, spec: FilterSpec, out=None):
+    spec = lower(spec, x.shape)
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.filter_forward(x, spec, out)
@@ -95,8 +98,8 @@ def _sep_launch(x, o2, L, sinfo, H, W, N, nt):
             nt, _small(N, H, W))
 
 
-def filter_backward(grad, x, spec: FilterSpec, out=None):
-    spec = lower(spec, x.shape[-2], x.shape[-1])
+def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
+    spec = lower(spec, x.shape)
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.filter_backward(grad, x, spec, out)
@@ -130,8 +133,8 @@ def _threshold(x, threshold):
     return float(torch.tensor(threshold, dtype=dt))
 
 
-def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
-    spec = lower(spec, x.shape[-2], x.shape[-1])
+def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
+    spec = lower(spec, x.shape)
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.blur_forward(x, mask, spec, threshold, out)
@@ -152,8 +155,8 @@ def blur_forward(x, mask, spec: BlurSpec, threshold: float, out=None):
     return o
 
 
-def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
-    spec = lower(spec, x.shape[-2], x.shape[-1])
+def _blur_backward_planes(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
+    spec = lower(spec, x.shape)
     info = _info(spec)
     if info is None or x.numel() == 0:
         return reference.blur_backward(grad, x, mask, spec, threshold, out)
@@ -176,3 +179,12 @@ def blur_backward(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
     if tmp:
         o.copy_(o2)
     return o
+
+
+# specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of one row, or the reference
+# engine where no plane engine fits
+filter_forward, filter_backward, blur_forward, blur_backward = adapt(
+    SimpleNamespace(filter_forward=_filter_forward_planes, filter_backward=_filter_backward_planes,
+                    blur_forward=_blur_forward_planes, blur_backward=_blur_backward_planes),
+    reference,
+)

@@ -25,7 +25,7 @@ from numba import njit
 from .forward import _engine, _fill, _load_row, _mask_at, _pass, _written
 from .prims import _JIT, _cvt, _ld, _ptr, _st
 from .tables import (
-    EPI_DIR, EPI_MAG, EPI_NORM, EPI_STACK, F_ONE, F_TAPS, F_THR, F_ZERO, I_BI0, I_BI1, I_BJ0, I_BJ1, I_BR, I_BX,
+    EPI_DIR, EPI_MAG, EPI_NORM, EPI_STACK, EPI_SUM, F_ONE, F_TAPS, F_THR, F_ZERO, I_BI0, I_BI1, I_BJ0, I_BJ1, I_BR, I_BX,
     I_EPI, I_EXHI, I_EXLO, I_EYHI, I_EYLO, I_FH, I_FW, I_H, I_K, I_KEEPB, I_NB, I_NBX, I_NPM, I_PAD, I_ST,
     I_TAPI, I_W, R_G, R_M, R_O, R_X, ST_LEN, _poff,
 )
@@ -207,7 +207,7 @@ def _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH
     _zclear(B, Z0, ZL, K, zb - za, ia - za, ib - za, Ws, P, zero)
     if ib <= ia:
         return
-    if epi != EPI_STACK:
+    if epi != EPI_STACK and epi != EPI_SUM:
         _engine(B, R0, RL, B, S0, B, V0, x, L, p, I1, xsH, xsW, x, NO, I0, I0, zero, I0, ia, ib, I0, W, Ws, K, P, Fc)
     flat = Ws == W and gsH == W * gsW
     nr = ib - ia
@@ -219,6 +219,10 @@ def _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH
         if epi == EPI_STACK:
             for k in range(K):
                 _load_row(B, zr + k * ZL, gp, grow + k * gsK, gsW, sl)
+            continue
+        if epi == EPI_SUM:  # every stencil gets the same gradient
+            for k in range(K):
+                _load_row(B, zr + k * ZL, gp, grow, gsW, sl)
             continue
         q = R0 + sg * Ws
         if epi == EPI_MAG:
@@ -312,7 +316,7 @@ def _make_filter_bwd(EPI):
     return _k_filter_bwd
 
 
-_K_FILTER_BWD = {e: _make_filter_bwd(e) for e in (EPI_STACK, EPI_MAG, EPI_DIR)}
+_K_FILTER_BWD = {e: _make_filter_bwd(e) for e in (EPI_STACK, EPI_MAG, EPI_DIR, EPI_SUM)}
 
 
 @njit(**_JIT)

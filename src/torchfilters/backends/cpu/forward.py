@@ -38,7 +38,7 @@ from numba import njit
 
 from .prims import _JIT, _cvt, _ld, _line, _prefetch_r, _prefetch_w, _ptr, _st
 from .tables import (
-    EPI_DIR, EPI_MAG, EPI_NORM, EPI_STACK, F_CVAL, F_ONE, F_TAPS, F_THR, F_ZERO, I_BI0, I_BI1, I_BJ0, I_BJ1,
+    EPI_DIR, EPI_MAG, EPI_NORM, EPI_STACK, EPI_SUM, F_CVAL, F_ONE, F_TAPS, F_THR, F_ZERO, I_BI0, I_BI1, I_BJ0, I_BJ1,
     I_BR, I_CW, I_EPI, I_EXHI, I_EXLO, I_EYHI, I_EYLO, I_FH, I_FW, I_H, I_K, I_KEEPB, I_MP, I_NB, I_NC, I_PAD,
     I_ST, I_TAPI, I_W, L_N, R_M, R_O, R_X, ST_LEN, _poff,
 )
@@ -521,6 +521,12 @@ def _make_filter_fwd(EPI):
                         else:
                             for j in range(sl):
                                 _st(o, ok + j * osW, B[qk + j])
+                elif epi == EPI_SUM:
+                    for j in range(sl):
+                        s = B[q + j]
+                        for k in range(1, K):
+                            s += B[q + k * RL + j]
+                        _st(o, orow + j * osW, s)
                 elif epi == EPI_MAG:
                     if K == 2 and osW == 1:
                         for j in range(sl):
@@ -543,7 +549,7 @@ def _make_filter_fwd(EPI):
     return _k_filter_fwd
 
 
-_K_FILTER_FWD = {e: _make_filter_fwd(e) for e in (EPI_STACK, EPI_MAG, EPI_DIR)}
+_K_FILTER_FWD = {e: _make_filter_fwd(e) for e in (EPI_STACK, EPI_MAG, EPI_DIR, EPI_SUM)}
 
 
 

@@ -14,7 +14,7 @@ from ..._spec import FilterSpec
 from .. import reference
 from .._layout import collapse_planes
 from .tables import (
-    EPI_BLEND, EPI_DIR, EPI_MAG, EPI_NORM, EPI_STACK, F_TAPS, I_BI0, I_BI1, I_BJ0, I_BJ1, I_BR, I_BX, I_CONST,
+    EPI_BLEND, EPI_DIR, EPI_MAG, EPI_NORM, EPI_STACK, EPI_SUM, F_TAPS, I_BI0, I_BI1, I_BJ0, I_BJ1, I_BR, I_BX, I_CONST,
     I_CW, I_EPI, I_EXHI, I_EXLO, I_EYHI, I_EYLO, I_FH, I_FW, I_H, I_HDR, I_K, I_KEEPB, I_MP, I_NB, I_NBX, I_NC,
     I_NPM, I_PAD, I_ST, I_TAPI, I_W, ST_LEN,
 )
@@ -23,7 +23,7 @@ from .tables import (
 # Python side: plans (cached), layouts, allocation, dispatch
 
 
-_EPI = {"stack": EPI_STACK, "magnitude": EPI_MAG, "direction": EPI_DIR}
+_EPI = {"stack": EPI_STACK, "magnitude": EPI_MAG, "direction": EPI_DIR, "sum": EPI_SUM}
 
 #: target elements of a tile row block (a few buffers of this size stay in L2)
 _TILE = 1 << 15

@@ -30,7 +30,7 @@ ST_LEN = 13
 # F: [cval, 0, 1, threshold (set per call), taps..., corrections...]
 F_CVAL, F_ZERO, F_ONE, F_THR, F_TAPS = 0, 1, 2, 3, 4
 
-EPI_STACK, EPI_MAG, EPI_DIR, EPI_BLEND, EPI_NORM = 0, 1, 2, 3, 4
+EPI_STACK, EPI_MAG, EPI_DIR, EPI_BLEND, EPI_NORM, EPI_SUM = 0, 1, 2, 3, 4, 5
 
 # L (per-call layout): per role [n1, s0, s1, sK, sH, sW]; plane p starts at
 # (p // n1) * s0 + (p % n1) * s1 elements from the tensor's data pointer

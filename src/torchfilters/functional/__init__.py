@@ -1,0 +1,70 @@
+"""Public filters on tensors, over 1, 2 or 3 of their axes (``axes=``; by default the last two).
+
+With the default ``axes=(-2, -1)`` every function filters ``H`` (axis -2, y, rows) and ``W``
+(axis -1, x, columns) and treats leading axes as independent images; ``axes`` names any 1,
+2 or 3 distinct axes instead (volumes ``(B, C, D, H, W)``, video ``(B, T, C, H, W)`` over
+``T, H, W``, signals ``(..., L)``).  Semantics are ``scipy.ndimage``'s, applied to each slice
+of the chosen axes: the same mode names and meanings (one per axis if wished), any kernel
+radius on any size (a radius larger than the axis and axes of size 1 included).
+
+Gradients with respect to the input are exact (``gradcheck`` in float64)
+and finite everywhere; filter weights are constants.
+
+Each argument is described once, in :mod:`torchfilters._docs`, and filled
+into every docstring that takes it (SciPy's ``docfiller``).  The ones every
+op shares:
+
+Args:
+    %(input)s
+    %(mode)s
+    %(cval)s
+    %(axes)s
+    %(out)s
+    %(backend)s
+
+Modules: ``_core`` (axes, spec strings, the call into the engines), ``correlate``
+(correlate, convolve and their 1-D forms, the uniform filter), ``derivatives`` (derivatives,
+gradients, the Laplacian), ``gaussian`` (the Gaussian family), ``blur`` (selective blur).
+"""
+
+from __future__ import annotations
+
+from .. import _docs
+from ._core import _blur_text, _filter_text  # noqa: F401  (spec strings, for tests and tools)
+from .blur import selective_blur
+from .correlate import convolve, convolve1d, correlate, correlate1d, uniform_filter, uniform_filter1d
+from .derivatives import (
+    derivative,
+    gradient,
+    gradient_direction,
+    gradient_magnitude,
+    laplace,
+    prewitt,
+    scharr,
+    sobel,
+)
+from .gaussian import gaussian_filter, gaussian_filter1d, gaussian_gradient_magnitude, gaussian_laplace
+
+__doc__ = _docs.fill(__doc__)
+
+__all__ = [
+    "correlate",
+    "convolve",
+    "correlate1d",
+    "convolve1d",
+    "uniform_filter",
+    "uniform_filter1d",
+    "derivative",
+    "gradient",
+    "gradient_magnitude",
+    "gradient_direction",
+    "sobel",
+    "prewitt",
+    "scharr",
+    "laplace",
+    "gaussian_filter",
+    "gaussian_filter1d",
+    "gaussian_gradient_magnitude",
+    "gaussian_laplace",
+    "selective_blur",
+]

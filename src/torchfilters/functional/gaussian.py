@@ -1,0 +1,337 @@
+"""Gaussian filters: smoothing, derivatives of the Gaussian, gradient magnitude, Laplacian of Gaussian."""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral
+from typing import Optional, Sequence, Union
+
+from torch import Tensor
+
+from .. import kernels
+from .._docs import docfiller
+from .._validate import check_real, per_axis
+from ._core import copy_result, prep, run
+from .correlate import one_axis
+
+__all__ = ["gaussian_filter", "gaussian_filter1d", "gaussian_gradient_magnitude", "gaussian_laplace"]
+
+Number = Union[int, float]
+
+
+def check_sigma(sigma, k: int = 2):
+    out = []
+    for s in per_axis(sigma, k, "sigma"):
+        s = check_real(s, "sigma")
+        if not (s >= 0 and math.isfinite(s)):
+            raise ValueError(f"sigma must be finite and >= 0 (in pixels); got {s}")
+        out.append(s)
+    return tuple(out)
+
+
+def _check_order(order, k: int):
+    out = []
+    for o in per_axis(order, k, "order"):
+        if isinstance(o, bool) or not isinstance(o, Integral):
+            raise TypeError(f"order must be an int >= 0 or a sequence of them; got {o!r}")
+        if o < 0:
+            raise ValueError(f"order must be >= 0 (0: smooth, 1: first derivative, 2: second); got {o}")
+        out.append(int(o))
+    return tuple(out)
+
+
+_MAX_RADIUS = 1 << 20
+
+
+def gaussian_radii(sigmas, truncate, radius):
+    truncate = check_real(truncate, "truncate", allow_inf=False)
+    if truncate < 0:
+        raise ValueError(f"truncate must be >= 0; got {truncate}")
+    if radius is None:
+        radii = tuple(kernels.gaussian_radius(s, truncate) for s in sigmas)
+        if max(radii) > _MAX_RADIUS:
+            raise ValueError(
+                f"sigma={sigmas} with truncate={truncate} gives a kernel radius of {max(radii):.3g}; "
+                f"the largest supported is {_MAX_RADIUS} (lower sigma or truncate, or pass radius=)"
+            )
+        return radii
+    radii = []
+    for r in per_axis(radius, len(sigmas), "radius"):
+        if isinstance(r, bool) or not isinstance(r, Integral):
+            raise TypeError(f"radius must be a non-negative int or a sequence of them; got {r!r}")
+        if r < 0:
+            raise ValueError(f"radius must be a non-negative int or a sequence of them; got {r!r}")
+        if r > _MAX_RADIUS:
+            raise ValueError(f"radius={r} is larger than the largest supported, {_MAX_RADIUS}")
+        radii.append(int(r))
+    return tuple(radii)
+
+
+@docfiller(
+    scipy=(
+        "``scipy.ndimage.gaussian_filter(x, sigma, order=order, mode=mode,\n"
+        "cval=cval, truncate=truncate, radius=radius, axes=axes)``"
+    ),
+)
+def gaussian_filter(
+    input: Tensor,
+    sigma: Union[Number, Sequence[Number]],
+    *,
+    order: Union[int, Sequence[int]] = 0,
+    mode: str = "reflect",
+    cval: float = 0.0,
+    truncate: float = 4.0,
+    radius: Union[None, int, Sequence[int]] = None,
+    axes=None,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Gaussian filter: one 1-D pass per axis of ``axes``, in that order (H then W by default).
+
+    The kernel is SciPy's, normalised to sum 1 (order 0), of ``2 * radius +
+    1`` taps per axis; ``sigma``, ``order``, ``radius`` and ``mode`` may be
+    given per axis, in ``axes`` order.
+
+    Args:
+        %(input)s
+        %(sigma)s
+            ``sigma=0`` on every axis returns a copy of the input.
+        %(order)s
+        %(mode)s
+        %(cval)s
+        %(truncate)s
+        %(radius)s
+        %(axes)s
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``sigma`` or ``truncate`` not a real number (a bool
+            too); ``radius`` not an int.
+        ValueError: negative, NaN or infinite ``sigma``; ``sigma``,
+            ``radius`` or ``order`` neither a scalar nor one per axis;
+            negative ``radius``; negative, NaN or infinite ``truncate``; a
+            kernel radius beyond 2**20; negative ``order``.
+        TypeError: ``order`` not an int or a sequence of ints.
+        %(raises)s
+
+    %(matches)s
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> tf.gaussian_filter(torch.tensor([[1.0, 2.0, 3.0]]), 2.0)
+        tensor([[1.8884, 2.0000, 2.1116]])
+    """
+    x, lay, modes, cval = prep(input, mode, cval, axes)
+    return _gaussian(x, lay, modes, cval, sigma, order, truncate, radius, out, backend)
+
+
+def _gaussian(x, lay, modes, cval, sigma, order, truncate, radius, out, backend):
+    k = len(lay.axes)
+    sigmas = check_sigma(sigma, k)
+    orders = _check_order(order, k)
+    radii = gaussian_radii(sigmas, truncate, radius)
+    if all(s <= 1e-15 for s in sigmas):  # SciPy filters no axis: a copy
+        return copy_result(x, out, backend)
+    recipe = ("gauss", sigmas, orders, radii, lay.spec_axes)
+    return run(x, lay, modes, cval, "stack", (recipe,), out, backend)
+
+
+@docfiller(
+    scipy=(
+        "``scipy.ndimage.gaussian_filter1d(x, sigma, axis, order=order,\n"
+        "mode=mode, cval=cval, truncate=truncate, radius=radius)``"
+    ),
+)
+def gaussian_filter1d(
+    input: Tensor,
+    sigma: Number,
+    axis: int = -1,
+    order: int = 0,
+    *,
+    mode: str = "reflect",
+    cval: float = 0.0,
+    truncate: float = 4.0,
+    radius: Optional[int] = None,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Gaussian filter along one axis: :func:`gaussian_filter` with ``axes=axis``.
+
+    Args:
+        %(input)s
+        sigma: the standard deviation in pixels, a real number, finite and
+            ``>= 0`` (0, below 1e-15: a copy).
+        %(axis1d)s
+        order: 0 (smooth), 1 or 2 (first or second derivative of the
+            Gaussian).  Default 0.
+        %(mode)s
+        %(cval)s
+        %(truncate)s
+        radius: an explicit kernel radius in pixels, a non-negative int (at
+            most 2**20); overrides ``truncate``.  Default None.
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``sigma`` or ``truncate`` not a real number; ``axis``,
+            ``order`` or ``radius`` not an int.
+        ValueError: bad ``sigma``, ``truncate``, ``order`` or ``radius`` (as
+            :func:`gaussian_filter`); ``axis`` out of range.
+        %(raises)s
+
+    %(matches)s
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> tf.gaussian_filter1d(torch.tensor([1.0, 2.0, 3.0]), 2.0)
+        tensor([1.8884, 2.0000, 2.1116])
+    """
+    if isinstance(sigma, (list, tuple)):
+        raise TypeError(f"sigma must be a real number for gaussian_filter1d; got {sigma!r}")
+    x, lay, modes, cval = one_axis(input, axis, mode, cval)
+    return _gaussian(x, lay, modes, cval, sigma, order, truncate, radius, out, backend)
+
+
+@docfiller(
+    scipy=(
+        "``scipy.ndimage.gaussian_gradient_magnitude(x, sigma, mode=mode,\n"
+        "cval=cval, truncate=truncate, radius=radius, axes=axes)`` when ``axes``\n"
+        "are all of ``x``'s axes (see above otherwise)"
+    ),
+)
+def gaussian_gradient_magnitude(
+    input: Tensor,
+    sigma: Union[Number, Sequence[Number]],
+    *,
+    mode: str = "reflect",
+    cval: float = 0.0,
+    truncate: float = 4.0,
+    radius: Union[None, int, Sequence[int]] = None,
+    axes=None,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Gradient magnitude with Gaussian derivatives, in one fused pass.
+
+    ``sqrt(gaussian_filter(x, sigma, order=(1, 0))**2 + gaussian_filter(x,
+    sigma, order=(0, 1))**2)`` in 2-D, over every axis of ``axes`` in
+    general; its gradient is 0 where the magnitude is 0 (never NaN).
+
+    Per slice of the chosen axes: where ``input`` has more dimensions than
+    ``axes``, SciPy's ``axes=`` call also smooths the other axes (a SciPy
+    quirk); this filters only the chosen ones, so it equals SciPy's
+    function applied to each slice.
+
+    Args:
+        %(input)s
+        %(sigma)s
+        %(mode)s
+        %(cval)s
+        %(truncate)s
+        %(radius)s
+        %(axes)s
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``sigma`` or ``truncate`` not a real number (a bool
+            too); ``radius`` not an int.
+        ValueError: negative, NaN or infinite ``sigma``; ``sigma`` or
+            ``radius`` neither a scalar nor one per axis; negative
+            ``radius``; negative, NaN or infinite ``truncate``; a kernel
+            radius beyond 2**20.
+        %(raises)s
+
+    %(matches)s
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> x = torch.arange(9.0).repeat(9, 1)
+        >>> round(float(tf.gaussian_gradient_magnitude(x, 1.0)[4, 4]), 4)   # 1 up to truncation
+        0.9999
+    """
+    return _gaussian_sum(input, sigma, 1, "magnitude", mode, cval, truncate, radius, axes, out, backend)
+
+
+def _gaussian_sum(input, sigma, order, epilogue, mode, cval, truncate, radius, axes, out, backend):
+    """One Gaussian per axis of ``axes``, of ``order`` along it (0 along the others), combined."""
+    x, lay, modes, cval = prep(input, mode, cval, axes)
+    k = len(lay.axes)
+    sigmas = check_sigma(sigma, k)
+    radii = gaussian_radii(sigmas, truncate, radius)
+    recipes = tuple(("gauss", sigmas, tuple(order if j == i else 0 for j in range(k)), radii, lay.spec_axes)
+                    for i in range(k))
+    return run(x, lay, modes, cval, epilogue, recipes, out, backend)
+
+
+@docfiller(
+    scipy=(
+        "``scipy.ndimage.gaussian_laplace(x, sigma, mode=mode, cval=cval,\n"
+        "truncate=truncate, radius=radius, axes=axes)`` when ``axes`` are all\n"
+        "of ``x``'s axes (see above otherwise)"
+    ),
+)
+def gaussian_laplace(
+    input: Tensor,
+    sigma: Union[Number, Sequence[Number]],
+    *,
+    mode: str = "reflect",
+    cval: float = 0.0,
+    truncate: float = 4.0,
+    radius: Union[None, int, Sequence[int]] = None,
+    axes=None,
+    out: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+) -> Tensor:
+    """Laplacian of Gaussian: the sum over ``axes`` of the Gaussian's second derivative along each.
+
+    Per axis ``i``, :func:`gaussian_filter` with ``order`` 2 along
+    ``axes[i]`` and 0 along the others; the results summed, in one fused
+    pass (SciPy's ``generic_laplace``).  Negative at a bright blob's centre.
+
+    Per slice of the chosen axes: where ``input`` has more dimensions than
+    ``axes``, SciPy's ``axes=`` call also smooths the other axes (a SciPy
+    quirk); this filters only the chosen ones, so it equals SciPy's
+    function applied to each slice.
+
+    Args:
+        %(input)s
+        %(sigma)s
+        %(mode)s
+        %(cval)s
+        %(truncate)s
+        %(radius)s
+        %(axes)s
+        %(out)s
+        %(backend)s
+
+    Returns:
+        %(returns)s
+
+    Raises:
+        TypeError: ``sigma`` or ``truncate`` not a real number (a bool
+            too); ``radius`` not an int.
+        ValueError: bad ``sigma``, ``truncate`` or ``radius`` (as
+            :func:`gaussian_filter`).
+        %(raises)s
+
+    %(matches)s
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> x = torch.zeros(9, 9); x[4, 4] = 1.0
+        >>> bool(tf.gaussian_laplace(x, 1.0)[4, 4] < 0)
+        True
+    """
+    return _gaussian_sum(input, sigma, 2, "sum", mode, cval, truncate, radius, axes, out, backend)
+
