@@ -35,22 +35,7 @@ def raises(exc, *words):
     return pytest.raises(exc, match=re.compile(pattern, re.IGNORECASE | re.DOTALL))
 
 
-PUBLIC = {
-    "correlate": lambda x, **k: tf.correlate(x, [[1.0, 2.0, 1.0]], **k),
-    "convolve": lambda x, **k: tf.convolve(x, [[1.0], [2.0]], **k),
-    "correlate1d": lambda x, **k: tf.correlate1d(x, [1.0, 2.0], **k),
-    "convolve1d": lambda x, **k: tf.convolve1d(x, [1.0, 2.0, 3.0], -2, **k),
-    "derivative": lambda x, **k: tf.derivative(x, **k),
-    "gradient": lambda x, **k: tf.gradient(x, **k),
-    "gradient_magnitude": lambda x, **k: tf.gradient_magnitude(x, **k),
-    "gradient_direction": lambda x, **k: tf.gradient_direction(x, **k),
-    "sobel": lambda x, **k: tf.sobel(x, **k),
-    "prewitt": lambda x, **k: tf.prewitt(x, **k),
-    "scharr": lambda x, **k: tf.scharr(x, **k),
-    "gaussian_filter": lambda x, **k: tf.gaussian_filter(x, 1.0, **k),
-    "gaussian_gradient_magnitude": lambda x, **k: tf.gaussian_gradient_magnitude(x, 1.0, **k),
-    "selective_blur": lambda x, **k: tf.selective_blur(x, 0.5, **k),
-}
+from _public import PUBLIC  # noqa: E402
 NAMES = sorted(PUBLIC)
 
 
@@ -98,7 +83,7 @@ def test_help_shows_the_shared_paragraphs(name):
         "Raises:",
         "TypeError:",
         "ValueError:",
-        "SciPy: on each ``(H, W)`` slice",
+        "SciPy: on each slice ``x`` of ``input`` along the chosen axes",
         ">>> ",
     ]:
         assert needle in flat, f"{name}'s docstring lacks {needle!r}"
@@ -151,7 +136,8 @@ def test_fill_indents_like_the_placeholder_and_refuses_unknown_names():
     lines = out.split("\n")
     i = lines.index("        " + _docs.DOCS["cval"].split("\n")[0])
     assert lines[i + 1].startswith("            ") and not lines[i + 1].startswith("             ")
-    assert "    SciPy: on each ``(H, W)`` slice ``x`` of ``input``, the same as\n    scipy.ndimage.f(x)\n" in out
+    assert ("    SciPy: on each slice ``x`` of ``input`` along the chosen axes (``(H, W)``\n"
+            "    by default), the same as\n    scipy.ndimage.f(x)\n") in out
     assert "%(" not in out
     with pytest.raises(KeyError, match="nope"):
         _docs.fill("%(nope)s")
@@ -391,7 +377,7 @@ def test_numpy_floats_for_real_arguments(t):
 def test_numpy_array_sigma_like_a_tensor():
     assert torch.equal(tf.gaussian_filter(X, np.array([1.0, 2.0])), tf.gaussian_filter(X, (1.0, 2.0)))
     assert torch.equal(tf.gaussian_filter(X, np.array(1.5)), tf.gaussian_filter(X, 1.5))
-    with raises(ValueError, "sigma", "pair"):
+    with raises(ValueError, "sigma", "one per axis"):
         tf.gaussian_filter(X, np.array([1.0, 2.0, 3.0]))
 
 

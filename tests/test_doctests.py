@@ -8,7 +8,8 @@ import importlib
 import pytest
 import torch
 
-MODULES = ["torchfilters", "torchfilters.functional", "torchfilters.nn", "torchfilters.backends", "torchfilters.backends._layout"]
+MODULES = ["torchfilters", "torchfilters.functional.correlate", "torchfilters.functional.derivatives",
+           "torchfilters.functional.gaussian", "torchfilters.functional.blur", "torchfilters.nn", "torchfilters.backends", "torchfilters.backends._layout"]
 
 
 def _examples(modname):

@@ -17,22 +17,7 @@ X = torch.rand(2, 1, 5, 6)
 OP_NAMES = sorted(OPS)
 
 # one call per public function taking (input, mode=..., cval=...)
-PUBLIC = {
-    "correlate": lambda x, **k: tf.correlate(x, [[1.0, 2.0, 1.0]], **k),
-    "convolve": lambda x, **k: tf.convolve(x, [[1.0], [2.0]], **k),
-    "correlate1d": lambda x, **k: tf.correlate1d(x, [1.0, 2.0], **k),
-    "convolve1d": lambda x, **k: tf.convolve1d(x, [1.0, 2.0, 3.0], -2, **k),
-    "derivative": lambda x, **k: tf.derivative(x, **k),
-    "gradient": lambda x, **k: tf.gradient(x, **k),
-    "gradient_magnitude": lambda x, **k: tf.gradient_magnitude(x, **k),
-    "gradient_direction": lambda x, **k: tf.gradient_direction(x, **k),
-    "sobel": lambda x, **k: tf.sobel(x, **k),
-    "prewitt": lambda x, **k: tf.prewitt(x, **k),
-    "scharr": lambda x, **k: tf.scharr(x, **k),
-    "gaussian_filter": lambda x, **k: tf.gaussian_filter(x, 1.0, **k),
-    "gaussian_gradient_magnitude": lambda x, **k: tf.gaussian_gradient_magnitude(x, 1.0, **k),
-    "selective_blur": lambda x, **k: tf.selective_blur(x, 0.5, **k),
-}
+from _public import PUBLIC, TWO_AXES  # noqa: E402
 PUBLIC_NAMES = sorted(PUBLIC)
 
 
@@ -69,7 +54,7 @@ def test_float8_input_is_refused():
 
 
 @pytest.mark.parametrize("shape", [(), (5,), (0,)], ids=str)
-@pytest.mark.parametrize("name", PUBLIC_NAMES)
+@pytest.mark.parametrize("name", TWO_AXES)
 def test_input_with_fewer_than_2_dims(name, shape):
     with raises(ValueError, "input", "2 dimensions", str(tuple(shape))):
         PUBLIC[name](torch.zeros(shape))
@@ -115,7 +100,7 @@ def test_replicate_and_circular_everywhere(name):
         PUBLIC[name](X, mode="circular")
 
 
-@pytest.mark.parametrize("bad", [0, None, ("reflect", "wrap")], ids=repr)
+@pytest.mark.parametrize("bad", [0, None, ("reflect", 3)], ids=repr)
 def test_mode_not_a_string(bad):
     with raises(TypeError, "mode"):
         tf.sobel(X, mode=bad)
@@ -156,10 +141,17 @@ AXIS_FUNCS = {
 }
 
 
-@pytest.mark.parametrize("axis", [0, 1, 2, -3, 3])
+@pytest.mark.parametrize("axis", [4, -5, 100])
 @pytest.mark.parametrize("name", sorted(AXIS_FUNCS))
-def test_bad_axis_value(name, axis):
-    with raises(ValueError, "axis", str(axis), "-1", "-2"):
+def test_axis_out_of_range(name, axis):
+    with raises(ValueError, "axis", str(axis), "out of range"):
+        AXIS_FUNCS[name](X, axis)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -3])
+@pytest.mark.parametrize("name", ["derivative", "sobel", "prewitt", "scharr"])
+def test_derivative_axis_outside_axes(name, axis):
+    with raises(ValueError, "axis", str(axis), "axes"):
         AXIS_FUNCS[name](X, axis)
 
 
@@ -200,7 +192,7 @@ def test_bad_sigma_value(name, sigma):
 @pytest.mark.parametrize("sigma", [(1.0, 2.0, 3.0), (1.0,), []], ids=repr)
 @pytest.mark.parametrize("name", sorted(SIGMA_FUNCS))
 def test_sigma_wrong_length(name, sigma):
-    with raises(ValueError, "sigma", "pair"):
+    with raises(ValueError, "sigma", "one per axis"):
         SIGMA_FUNCS[name](sigma)
 
 

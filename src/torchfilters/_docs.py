@@ -121,12 +121,6 @@ axes: the two axes of the plane, distinct ints (negative or not);
     ``atan2`` of the derivative along ``axes[0]`` and along ``axes[1]``.
     Default None: ``(-2, -1)``."""
 
-_mode_one = """\
-mode: how ``input`` is extended beyond its edges, one name for every
-    axis (SciPy's ``correlate`` takes no per-axis modes); the names and
-    meanings of :func:`torchfilters.gaussian_filter`'s ``mode``.
-    Default ``'reflect'``."""
-
 _weights_nd = """\
 weights: the kernel, one dimension per axis of ``axes`` in increasing
     axis order (``(kh, kw)`` for the default axes), the same for every
@@ -138,6 +132,18 @@ weights: the kernel, one dimension per axis of ``axes`` in increasing
     sparse tensor raises ``TypeError`` (call ``weights.to_dense()``).
     Weights with ``|w| <= DBL_EPSILON`` are left out of the footprint,
     as in SciPy."""
+
+_sigma1d = """\
+sigma: the standard deviation in pixels, a real number, finite and
+    ``>= 0`` (0, below 1e-15: a copy)."""
+
+_order1d = """\
+order: 0 (smooth), 1 or 2 (first or second derivative of the
+    Gaussian).  Default 0."""
+
+_radius1d = """\
+radius: an explicit kernel radius in pixels, a non-negative int (at
+    most 2**20); overrides ``truncate``.  Default None."""
 
 _size = """\
 size: the window length per axis, an int ``>= 1`` or one per axis of
@@ -301,9 +307,11 @@ DOCS: Dict[str, str] = {
     "axis1d": _axis1d,
     "axes": _axes,
     "axes2": _axes2,
-    "mode_one": _mode_one,
     "weights_nd": _weights_nd,
     "size": _size,
+    "sigma1d": _sigma1d,
+    "order1d": _order1d,
+    "radius1d": _radius1d,
     "weights2d": _weights2d,
     "weights1d": _weights1d,
     "operator": _operator,

@@ -149,7 +149,6 @@ def check_input(input, name: str = "input") -> torch.Tensor:
     Raises:
         TypeError: not a tensor, a sparse/mkldnn/nested tensor, or a
             bool/complex/unsupported dtype.
-        ValueError: a 0-d tensor.
     """
     if not isinstance(input, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor shaped (..., H, W); got {type_name(input)}")
@@ -167,8 +166,6 @@ def check_input(input, name: str = "input") -> torch.Tensor:
             )
         # integers (uint8, int16, ...): promote, never wrap around
         input = input.to(torch.float32)
-    if input.dim() < 1:
-        raise ValueError(f"{name} must have at least 1 dimension; got a 0-d tensor")
     return input
 
 

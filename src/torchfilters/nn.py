@@ -1,174 +1,180 @@
 """``torch.nn.Module`` wrappers of the functional ops (no parameters; weights are constants).
 
-Each module checks its arguments when it is built and passes them to its
-function on every ``forward``; the argument paragraphs are the functions'
-own (:mod:`torchfilters._docs`).
+Each module checks its arguments when it is built and passes them to its function on every
+``forward``; the argument paragraphs are the functions' own (:mod:`torchfilters._docs`).
+Every module is built from one table (:data:`_MODULES`): the function, its positional
+arguments and its keywords with their defaults.
 
     >>> import torch, torchfilters
     >>> m = torchfilters.nn.GradientMagnitude(operator="sobel")
     >>> m(torch.rand(2, 3, 16, 16)).shape
     torch.Size([2, 3, 16, 16])
+    >>> torchfilters.nn.Laplace(axes=(-3, -2, -1))(torch.rand(1, 4, 5, 6)).shape
+    torch.Size([1, 4, 5, 6])
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from . import functional as F
-from ._docs import docfiller
+from ._docs import fill
+from .functional._core import weights_tuple
 
-__all__ = ["GradientMagnitude", "GaussianFilter", "SelectiveBlur"]
+__all__ = [
+    "GradientMagnitude",
+    "Gradient",
+    "Sobel",
+    "Laplace",
+    "GaussianFilter",
+    "GaussianFilter1d",
+    "GaussianGradientMagnitude",
+    "GaussianLaplace",
+    "UniformFilter",
+    "SelectiveBlur",
+]
+
+_SENTINEL = object()
 
 
-@docfiller
-class GradientMagnitude(torch.nn.Module):
-    """Module form of :func:`torchfilters.gradient_magnitude`: ``(..., H, W)`` -> ``(..., H, W)``.
+class _FilterModule(torch.nn.Module):
+    """A filter op as a module: ``forward(input)`` calls ``_fn(input, *args, **kwargs)``."""
 
-    ``forward(input)`` returns
-    ``torchfilters.gradient_magnitude(input, operator=..., mode=..., cval=..., normalized=...)``
-    with this module's arguments (the default engine, no ``out=``).
+    _fn = None
+    _params: tuple = ()  # (name, default) in signature order; default _SENTINEL: required
 
-    Args:
-        %(operator)s
-        %(mode)s
-        %(cval)s
-        %(normalized)s
-
-    Example:
-        >>> import torch, torchfilters as tf
-        >>> m = tf.nn.GradientMagnitude(operator="sobel", mode="nearest")
-        >>> m
-        GradientMagnitude(operator='sobel', mode='nearest', cval=0.0, normalized=False)
-        >>> m(torch.arange(5.0).repeat(5, 1))[2]
-        tensor([4., 8., 8., 8., 4.])
-    """
-
-    def __init__(self, operator: str = "central", mode: str = "reflect", cval: float = 0.0, normalized: bool = False):
+    def __init__(self, *args, **kwargs):
         super().__init__()
-        self.operator, self.mode, self.cval, self.normalized = operator, mode, cval, normalized
-        F.gradient_magnitude(torch.zeros(1, 1), operator=operator, mode=mode, cval=cval, normalized=normalized)
+        names = [n for n, _ in self._params]
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__} takes at most {len(names)} positional arguments")
+        values = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise TypeError(f"{type(self).__name__} got an unexpected keyword argument {k!r}")
+            if k in values:
+                raise TypeError(f"{type(self).__name__} got multiple values for argument {k!r}")
+            values[k] = v
+        for n, d in self._params:
+            if n not in values:
+                if d is _SENTINEL:
+                    raise TypeError(f"{type(self).__name__} missing required argument {n!r}")
+                values[n] = d
+        if "weights" in values and values["weights"] is not None:
+            # nested tuples of floats: constants for torch.compile(fullgraph=True), no state to save
+            axes = values.get("axes")
+            k = 2 if axes is None else (len(axes) if isinstance(axes, (list, tuple)) else 1)
+            values["weights"] = weights_tuple(values["weights"], k)
+        for n in names:
+            setattr(self, n, values[n])
+        self(self._probe())  # validate the arguments now, not at the first batch
 
-    @docfiller(out_note="")
-    def forward(self, input: Tensor) -> Tensor:
-        """The gradient magnitude of ``input`` with this module's arguments.
+    def _probe(self):
+        axes = getattr(self, "axes", None)
+        dims = 2 if axes is None else 1 + max([abs(a) for a in (axes if isinstance(axes, (list, tuple)) else [axes])]
+                                              + [1])
+        return torch.zeros((1,) * max(dims, 2, 1 + abs(getattr(self, "axis", -1))))
 
-        Args:
-            %(input)s
-
-        Returns:
-            %(returns)s
-        """
-        return F.gradient_magnitude(
-            input, operator=self.operator, mode=self.mode, cval=self.cval, normalized=self.normalized
-        )
+    def _call_args(self):
+        return {n: getattr(self, n) for n, _ in self._params}
 
     def extra_repr(self) -> str:
-        return f"operator={self.operator!r}, mode={self.mode!r}, cval={self.cval}, normalized={self.normalized}"
+        return ", ".join(f"{n}={getattr(self, n)!r}" for n, _ in self._params)
 
 
-@docfiller
-class GaussianFilter(torch.nn.Module):
-    """Module form of :func:`torchfilters.gaussian_filter`: ``(..., H, W)`` -> ``(..., H, W)``.
+_DOC = """Module form of :func:`torchfilters.%(fname)s`: ``(..., H, W)`` -> ``%(shape)s`` by default.
 
-    ``forward(input)`` returns
-    ``torchfilters.gaussian_filter(input, sigma, order=..., mode=..., cval=..., truncate=..., radius=...)``
-    with this module's arguments (the default engine, no ``out=``).
+``forward(input%(mask_arg)s)`` returns ``torchfilters.%(fname)s(input, ...)`` with this
+module's arguments (the default engine, no ``out=``)%(mask_note)s.
 
-    Args:
-        %(sigma)s
-        %(order)s
-        %(mode)s
-        %(cval)s
-        %(truncate)s
-        %(radius)s
-    """
+Args:
+%(args)s
 
-    def __init__(self, sigma, order=0, mode: str = "reflect", cval: float = 0.0, truncate: float = 4.0, radius=None):
-        super().__init__()
-        self.sigma, self.order, self.mode, self.cval = sigma, order, mode, cval
-        self.truncate, self.radius = truncate, radius
-        self(torch.zeros(1, 1))  # validate arguments now, not at the first batch
-
-    @docfiller(out_note="")
-    def forward(self, input: Tensor) -> Tensor:
-        """``input`` filtered with this module's Gaussian.
-
-        Args:
-            %(input)s
-
-        Returns:
-            %(returns)s
-        """
-        return F.gaussian_filter(
-            input, self.sigma, order=self.order, mode=self.mode, cval=self.cval,
-            truncate=self.truncate, radius=self.radius,
-        )
-
-    def extra_repr(self) -> str:
-        return (f"sigma={self.sigma!r}, order={self.order!r}, mode={self.mode!r}, cval={self.cval}, "
-                f"truncate={self.truncate}, radius={self.radius!r}")
+Example:
+    >>> import torch, torchfilters as tf
+    >>> m = tf.nn.%(cls)s(%(example)s)
+    >>> m(torch.rand(2, 1, 8, 8)).shape
+    torch.Size([2, 1, %(ex_shape)s8, 8])
+"""
 
 
-@docfiller
-class SelectiveBlur(torch.nn.Module):
-    """Module form of :func:`torchfilters.selective_blur`: ``(..., H, W)`` -> ``(..., H, W)``.
+_FORWARD = """``input`` filtered with this module's arguments.
 
-    ``forward(input, mask=None)`` returns
-    ``torchfilters.selective_blur(input, threshold, mask=mask, sigma=..., weights=..., ...)``
-    with this module's arguments (the default engine, ``truncate=4.0``, no
-    ``out=``); ``mask`` is the function's (a bool tensor broadcastable to
-    ``input``, overriding ``threshold``).  ``weights`` are kept as nested
-    tuples of floats (constants for ``torch.compile``).
+Args:
+    %(args)s
 
-    Args:
-        %(threshold)s
-        %(sigma)s
-            Default None (the kernel is ``weights``, or the binomial).
-        %(blur_weights)s
-        %(blur_normalized)s
-        %(keep_border)s
-        %(mode)s
-        %(cval)s
-    """
+Returns:
+    %(returns)s
+"""
 
-    def __init__(
-        self,
-        threshold: float = 0.0,
-        *,
-        sigma=None,
-        weights=None,
-        normalized: bool = False,
-        keep_border: bool = False,
-        mode: str = "reflect",
-        cval: float = 0.0,
-    ):
-        super().__init__()
-        self.threshold, self.sigma, self.normalized = threshold, sigma, normalized
-        self.keep_border, self.mode, self.cval = keep_border, mode, cval
-        # nested tuples of floats: constants for torch.compile(fullgraph=True), no state to save
-        self.weights = None if weights is None else F._weights_tuple(weights, 2)
-        self(torch.zeros(1, 1))
 
-    @docfiller(out_note="")
-    def forward(self, input: Tensor, mask: Optional[Tensor] = None) -> Tensor:
-        """``input`` blurred where it passes the test, with this module's arguments.
+def _module(cls_name, fn, params, docs, example="", mask=False):
+    if mask:
+        def forward(self, input: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+            return type(self)._fn(input, mask=mask, **self._call_args())
 
-        Args:
-            %(input)s
-            %(mask)s
+        forward.__doc__ = fill(_FORWARD, args="%(input)s\n%(mask)s", out_note="")
+    else:
+        def forward(self, input: Tensor) -> Tensor:
+            return type(self)._fn(input, **self._call_args())
 
-        Returns:
-            %(returns)s
-        """
-        return F.selective_blur(
-            input, self.threshold, mask=mask, sigma=self.sigma, weights=self.weights,
-            normalized=self.normalized, keep_border=self.keep_border, mode=self.mode, cval=self.cval,
-        )
+        forward.__doc__ = fill(_FORWARD, args="%(input)s", out_note="")
+    cls = type(cls_name, (_FilterModule,), {"_fn": staticmethod(fn), "_params": tuple(params), "forward": forward})
+    cls.__module__ = __name__
+    cls.__qualname__ = cls_name
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    cls.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, kind, **({} if d is _SENTINEL else {"default": d})) for n, d in params])
+    cls.__doc__ = fill(
+        _DOC,
+        fname=fn.__name__,
+        shape="(..., 2, H, W)" if cls_name == "Gradient" else "(..., H, W)",
+        cls=cls_name,
+        example=example,
+        ex_shape="1, " if cls_name == "Gradient" else "",
+        args="\n".join(f"    %({d})s" for d in docs),
+        mask_arg=", mask=None" if mask else "",
+        mask_note=("; ``mask`` is the function's (a bool tensor broadcastable to ``input``, "
+                   "overriding ``threshold``)") if mask else "",
+    )
+    return cls
 
-    def extra_repr(self) -> str:
-        kernel = f"weights={self.weights!r}" if self.weights is not None else f"sigma={self.sigma!r}"
-        return (f"threshold={self.threshold}, {kernel}, normalized={self.normalized}, "
-                f"keep_border={self.keep_border}, mode={self.mode!r}, cval={self.cval}")
+
+_R = _SENTINEL
+_COMMON = (("mode", "reflect"), ("cval", 0.0), ("axes", None))
+_GAUSS = (("mode", "reflect"), ("cval", 0.0), ("truncate", 4.0), ("radius", None), ("axes", None))
+
+GradientMagnitude = _module(
+    "GradientMagnitude", F.gradient_magnitude,
+    (("operator", "central"),) + _COMMON[:2] + (("normalized", False), ("axes", None)),
+    ("operator", "mode", "cval", "normalized", "axes"), 'operator="sobel"')
+Gradient = _module(
+    "Gradient", F.gradient, (("operator", "central"),) + _COMMON[:2] + (("normalized", False), ("axes", None)),
+    ("operator", "mode", "cval", "normalized", "axes"), 'operator="sobel", axes=-1')
+Sobel = _module("Sobel", F.sobel, (("axis", -1),) + _COMMON, ("axis", "mode", "cval", "axes"), "axis=-2")
+Laplace = _module("Laplace", F.laplace, _COMMON, ("mode", "cval", "axes"))
+GaussianFilter = _module("GaussianFilter", F.gaussian_filter, (("sigma", _R), ("order", 0)) + _GAUSS,
+                         ("sigma", "order", "mode", "cval", "truncate", "radius", "axes"), "1.5")
+GaussianFilter1d = _module(
+    "GaussianFilter1d", F.gaussian_filter1d,
+    (("sigma", _R), ("axis", -1), ("order", 0), ("mode", "reflect"), ("cval", 0.0), ("truncate", 4.0),
+     ("radius", None)),
+    ("sigma1d", "axis1d", "order1d", "mode", "cval", "truncate", "radius1d"), "1.5")
+GaussianGradientMagnitude = _module("GaussianGradientMagnitude", F.gaussian_gradient_magnitude,
+                                    (("sigma", _R),) + _GAUSS,
+                                    ("sigma", "mode", "cval", "truncate", "radius", "axes"), "1.0")
+GaussianLaplace = _module("GaussianLaplace", F.gaussian_laplace, (("sigma", _R),) + _GAUSS,
+                          ("sigma", "mode", "cval", "truncate", "radius", "axes"), "1.0")
+UniformFilter = _module("UniformFilter", F.uniform_filter, (("size", 3),) + _COMMON[:2] + (("origin", 0),
+                                                                                           ("axes", None)),
+                        ("size", "mode", "cval", "origin", "axes"), "size=5")
+SelectiveBlur = _module(
+    "SelectiveBlur", F.selective_blur,
+    (("threshold", 0.0), ("sigma", None), ("weights", None), ("normalized", False), ("keep_border", False),
+     ("mode", "reflect"), ("cval", 0.0), ("truncate", 4.0), ("axes", None)),
+    ("threshold", "sigma", "blur_weights", "blur_normalized", "keep_border", "mode", "cval", "truncate", "axes"),
+    "0.5", mask=True)

@@ -107,6 +107,11 @@ class Layout(NamedTuple):
 def layout(x: Tensor, axes, default=(-2, -1)) -> Layout:
     """The :class:`Layout` of ``axes`` (validated) on ``x``."""
     dim = x.dim()
+    if axes is None and dim < len(default):
+        raise ValueError(
+            f"input must have at least {len(default)} dimensions (..., H, W) for the default "
+            f"axes={tuple(default)}; got shape {tuple(x.shape)} (pass axes= to filter fewer axes)"
+        )
     ax = check_axes(axes, dim, default)
     first = min(ax)
     if dim - first <= 3:

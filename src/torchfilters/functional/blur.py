@@ -113,8 +113,6 @@ def selective_blur(
         tensor(2.)
     """
     x, lay, modes, cval = prep(input, mode, cval, axes)
-    if len(set(modes)) > 1 and weights is not None:
-        raise ValueError(f"mode must be one str with weights= (as in correlate); got {mode!r}")
     k = len(lay.axes)
     sa = lay.spec_axes
     threshold = check_real(threshold, "threshold")

@@ -17,8 +17,6 @@ __all__ = ["correlate", "convolve", "correlate1d", "convolve1d", "uniform_filter
 
 def _correlate(input, weights, mode, cval, origin, axes, out, backend, flip: bool):
     x, lay, modes, cval = prep(input, mode, cval, axes)
-    if len(set(modes)) > 1:
-        raise ValueError(f"mode must be one str for correlate/convolve (as in SciPy); got {mode!r}")
     k = len(lay.axes)
     w = weights_tuple(weights, k)
     shape = _spec.dense_shape(w)
@@ -64,7 +62,7 @@ def correlate(
     Args:
         %(input)s
         %(weights_nd)s
-        %(mode_one)s
+        %(mode)s
         %(cval)s
         %(origin)s
         %(axes)s
@@ -80,7 +78,7 @@ def correlate(
             ``origin`` not an int.
         ValueError: ``weights`` of other than ``len(axes)`` dimensions,
             empty, ragged, requiring grad or a meta tensor; ``origin`` out
-            of range or of the wrong length; per-axis modes.
+            of range or of the wrong length.
         %(raises)s
 
     %(matches)s
@@ -117,7 +115,7 @@ def convolve(
     Args:
         %(input)s
         %(weights_nd)s
-        %(mode_one)s
+        %(mode)s
         %(cval)s
         %(origin)s
         %(axes)s
@@ -133,7 +131,7 @@ def convolve(
             ``origin`` not an int.
         ValueError: ``weights`` of other than ``len(axes)`` dimensions,
             empty, ragged, requiring grad or a meta tensor; ``origin`` out
-            of range or of the wrong length; per-axis modes.
+            of range or of the wrong length.
         %(raises)s
 
     %(matches)s

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from .. import _docs, kernels
 from .._docs import docfiller
-from .._validate import check_axis, check_bool
+from .._validate import check_axis, check_bool, check_out
 from ._core import derivative_stencil, prep, run
 
 __all__ = ["derivative", "gradient", "gradient_magnitude", "gradient_direction", "sobel", "prewitt", "scharr",
@@ -24,6 +24,13 @@ def _gradients(input, operator, mode, cval, normalized, epilogue, axes, out, bac
     n = check_bool(normalized, "normalized")
     sa = lay.spec_axes
     recipes = tuple(("deriv", op, a, n, tuple(sorted(b for b in sa if b != a))) for a in sa)
+    if epilogue == "stack" and len(sa) == 1:  # one axis: still a component axis, of 1
+        pos = lay.axes[0]
+        if out is None:
+            return run(x, lay, modes, cval, epilogue, recipes, None, backend).unsqueeze(pos)
+        check_out(out, lay.out_shape(x.shape, 1), x.dtype, x.device)
+        run(x, lay, modes, cval, epilogue, recipes, out.select(pos, 0), backend)
+        return out
     return run(x, lay, modes, cval, epilogue, recipes, out, backend)
 
 

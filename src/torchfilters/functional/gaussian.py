@@ -163,16 +163,13 @@ def gaussian_filter1d(
 
     Args:
         %(input)s
-        sigma: the standard deviation in pixels, a real number, finite and
-            ``>= 0`` (0, below 1e-15: a copy).
+        %(sigma1d)s
         %(axis1d)s
-        order: 0 (smooth), 1 or 2 (first or second derivative of the
-            Gaussian).  Default 0.
+        %(order1d)s
         %(mode)s
         %(cval)s
         %(truncate)s
-        radius: an explicit kernel radius in pixels, a non-negative int (at
-            most 2**20); overrides ``truncate``.  Default None.
+        %(radius1d)s
         %(out)s
         %(backend)s
 
