@@ -135,7 +135,7 @@ def _module(cls_name, fn, params, docs, example="", mask=False):
         shape="(..., 2, H, W)" if cls_name == "Gradient" else "(..., H, W)",
         cls=cls_name,
         example=example,
-        ex_shape="1, " if cls_name == "Gradient" else "",
+        ex_shape="2, " if cls_name == "Gradient" else "",
         args="\n".join(f"    %({d})s" for d in docs),
         mask_arg=", mask=None" if mask else "",
         mask_note=("; ``mask`` is the function's (a bool tensor broadcastable to ``input``, "
@@ -154,7 +154,7 @@ GradientMagnitude = _module(
     ("operator", "mode", "cval", "normalized", "axes"), 'operator="sobel"')
 Gradient = _module(
     "Gradient", F.gradient, (("operator", "central"),) + _COMMON[:2] + (("normalized", False), ("axes", None)),
-    ("operator", "mode", "cval", "normalized", "axes"), 'operator="sobel", axes=-1')
+    ("operator", "mode", "cval", "normalized", "axes"), 'operator="sobel"')
 Sobel = _module("Sobel", F.sobel, (("axis", -1),) + _COMMON, ("axis", "mode", "cval", "axes"), "axis=-2")
 Laplace = _module("Laplace", F.laplace, _COMMON, ("mode", "cval", "axes"))
 GaussianFilter = _module("GaussianFilter", F.gaussian_filter, (("sigma", _R), ("order", 0)) + _GAUSS,
