@@ -1,0 +1,436 @@
+"""``axes=``: 1, 2 and 3 filtered axes, per-axis modes and parameters, and the ops that came with them.
+
+The oracle is SciPy in float64: its own ``axes=`` call where SciPy has one, else SciPy's
+function on each slice of the chosen axes (``sobel``/``prewitt`` and friends have no
+``axes``; ``gaussian_gradient_magnitude``/``gaussian_laplace`` smooth unchosen axes too and
+take one mode per derivative, so per-axis modes there are checked against their definition
+from ``gaussian_filter`` calls).  Grids are sampled (hypothesis; fixed seeds under CI).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import scipy.ndimage as ndi
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import torchfilters as tf
+from conftest import BASE_MODES, CVAL, ENGINES, assert_close, engines, examples, rand, to_np
+from _public import PUBLIC
+
+SMOOTH = {"central": None, "sobel": [1.0, 2.0, 1.0], "scharr": [3.0, 10.0, 3.0], "prewitt": [1.0, 1.0, 1.0]}
+
+
+def raises(exc, *words):
+    pattern = "".join(f"(?=.*{re.escape(w)})" for w in words)
+    return pytest.raises(exc, match=re.compile(pattern, re.IGNORECASE | re.DOTALL))
+
+
+# ------------------------------------------------------------------ the oracle
+
+
+def _norm(axes, dim):
+    return tuple(a % dim for a in (axes if isinstance(axes, (tuple, list)) else (axes,)))
+
+
+def per_slice(x: np.ndarray, axes, fn):
+    """``fn`` on each slice of the chosen axes (their sub-array in increasing axis order)."""
+    ax = sorted(_norm(axes, x.ndim))
+    k = len(ax)
+    xm = np.moveaxis(x, ax, range(x.ndim - k, x.ndim))
+    lead = xm.shape[:-k]
+    flat = xm.reshape((-1,) + xm.shape[-k:])
+    out = np.stack([fn(s) for s in flat]) if len(flat) else np.zeros(flat.shape)
+    return np.moveaxis(out.reshape(lead + out.shape[1:]), range(x.ndim - k, x.ndim), ax)
+
+
+def sorted_params(axes, dim, values):
+    """Per-axis ``values`` (in ``axes`` order) in increasing axis order."""
+    ax = _norm(axes, dim)
+    return [values[i] for i in sorted(range(len(ax)), key=lambda i: ax[i])]
+
+
+def derivative_oracle(x, axis, axes, operator, modes, cval):
+    ax = _norm(axes, x.ndim)
+    srt = sorted(ax)
+    i = srt.index(axis % x.ndim)
+    m = sorted_params(axes, x.ndim, modes)
+
+    def fn(s):
+        y = ndi.correlate1d(s, [-1.0, 0.0, 1.0], i, mode=m[i], cval=cval)
+        if SMOOTH[operator] is not None:
+            for j in range(len(srt)):
+                if j != i:
+                    y = ndi.correlate1d(y, SMOOTH[operator], j, mode=m[j], cval=cval)
+        return y
+
+    return per_slice(x, axes, fn)
+
+
+def gaussian_oracle(x, sigmas, orders, axes, modes, cval, truncate=4.0):
+    """``gaussian_filter`` with per-axis modes, one pass per axis in ``axes`` order."""
+    y = x
+    for a, s, o, m in zip(_norm(axes, x.ndim), sigmas, orders, modes):
+        if s > 1e-15:
+            y = ndi.gaussian_filter1d(y, s, a, order=o, mode=m, cval=cval, truncate=truncate)
+    return y
+
+
+# ------------------------------------------------------------------ strategies
+
+#: (shape, axes) with 1, 2 or 3 chosen axes, sizes 1, 2 and odd, negative or positive, any order
+@st.composite
+def shape_axes(draw, max_axes=3):
+    k = draw(st.integers(1, max_axes))
+    dim = draw(st.integers(k, 4))
+    shape = tuple(draw(st.sampled_from((1, 2, 3, 5, 6, 7))) for _ in range(dim))
+    ax = draw(st.permutations(range(dim)))[:k]
+    ax = tuple(a - dim if draw(st.booleans()) else a for a in ax)
+    return shape, ax
+
+
+per_axis_modes = st.lists(st.sampled_from(BASE_MODES), min_size=3, max_size=3)
+
+
+def _modes(drawn, k, uniform):
+    return drawn[0] if uniform else tuple(drawn[:k])
+
+
+# ------------------------------------------------------------------ parity: SciPy's axes= call
+
+
+@examples(25)
+@given(sa=shape_axes(), modes=per_axis_modes, uniform=st.booleans(), engine=engines,
+       sig=st.lists(st.sampled_from((0.0, 0.6, 1.0, 2.5)), min_size=3, max_size=3),
+       orders=st.lists(st.integers(0, 2), min_size=3, max_size=3))
+def test_gaussian_filter_matches_scipy_axes(sa, modes, uniform, engine, sig, orders):
+    shape, axes = sa
+    k = len(axes)
+    x = rand(*shape, seed=1)
+    mode = _modes(modes, k, uniform)
+    y = tf.gaussian_filter(x, tuple(sig[:k]), order=tuple(orders[:k]), mode=mode, cval=CVAL, axes=axes,
+                           backend=engine)
+    ref = ndi.gaussian_filter(to_np(x), sig[:k], order=orders[:k], mode=mode, cval=CVAL, axes=axes)
+    assert y.shape == x.shape
+    assert_close(y, ref, rtol=1e-10, msg=f"{shape} {axes} {mode}")
+
+
+@examples(25)
+@given(sa=shape_axes(), modes=per_axis_modes, uniform=st.booleans(), engine=engines,
+       sizes=st.lists(st.integers(1, 6), min_size=3, max_size=3), data=st.data())
+def test_uniform_filter_matches_scipy_axes(sa, modes, uniform, engine, sizes, data):
+    shape, axes = sa
+    k = len(axes)
+    sizes = sizes[:k]
+    origins = tuple(data.draw(st.integers(-(n // 2), (n - 1) // 2)) for n in sizes)
+    x = rand(*shape, seed=2)
+    mode = _modes(modes, k, uniform)
+    y = tf.uniform_filter(x, tuple(sizes), mode=mode, cval=CVAL, origin=origins, axes=axes, backend=engine)
+    ref = ndi.uniform_filter(to_np(x), sizes, mode=mode, cval=CVAL, origin=origins, axes=axes)
+    assert_close(y, ref, rtol=1e-10, msg=f"{shape} {axes} {mode} {sizes} {origins}")
+
+
+@examples(20)
+@given(sa=shape_axes(), modes=per_axis_modes, uniform=st.booleans(), engine=engines)
+def test_laplace_matches_scipy_axes(sa, modes, uniform, engine):
+    shape, axes = sa
+    x = rand(*shape, seed=3)
+    mode = _modes(modes, len(axes), uniform)
+    y = tf.laplace(x, mode=mode, cval=CVAL, axes=axes, backend=engine)
+    assert_close(y, ndi.laplace(to_np(x), mode=mode, cval=CVAL, axes=axes), rtol=1e-10, msg=f"{shape} {axes}")
+
+
+@examples(25)
+@given(sa=shape_axes(), mode=st.sampled_from(BASE_MODES), engine=engines, flip=st.booleans(), data=st.data())
+def test_correlate_and_convolve_match_scipy_axes(sa, mode, engine, flip, data):
+    shape, axes = sa
+    k = len(axes)
+    wshape = tuple(data.draw(st.integers(1, 4)) for _ in range(k))
+    origins = tuple(data.draw(st.integers(-(n // 2), (n - 1) // 2)) for n in sorted_params(axes, len(shape), wshape))
+    # origins follow axes order, kernel dims the sorted axes: draw them per sorted axis, then reorder
+    ax = _norm(axes, len(shape))
+    order = sorted(range(k), key=lambda i: ax[i])
+    user_origins = [0] * k
+    for j, i in enumerate(order):
+        user_origins[i] = origins[j]
+    w = rand(*wshape, seed=4)
+    x = rand(*shape, seed=5)
+    f, g = (tf.convolve, ndi.convolve) if flip else (tf.correlate, ndi.correlate)
+    try:
+        ref = g(to_np(x), to_np(w), mode=mode, cval=CVAL, origin=user_origins, axes=axes)
+    except ValueError:  # SciPy refuses the mirrored origin of an even kernel: so do we
+        with pytest.raises(ValueError, match="origin"):
+            f(x, w, mode=mode, cval=CVAL, origin=user_origins, axes=axes, backend=engine)
+        return
+    y = f(x, w, mode=mode, cval=CVAL, origin=user_origins, axes=axes, backend=engine)
+    assert_close(y, ref, rtol=1e-10, msg=f"{shape} {axes} {wshape} {user_origins}")
+
+
+@examples(20)
+@given(sa=shape_axes(max_axes=1), mode=st.sampled_from(BASE_MODES), engine=engines,
+       n=st.integers(1, 9), which=st.sampled_from(("correlate1d", "convolve1d", "uniform_filter1d",
+                                                   "gaussian_filter1d")), data=st.data())
+def test_one_axis_ops_match_scipy(sa, mode, engine, n, which, data):
+    shape, (axis,) = sa
+    x = rand(*shape, seed=6)
+    xn = to_np(x)
+    if which in ("correlate1d", "convolve1d"):
+        w = rand(n, seed=7)
+        y = getattr(tf, which)(x, w, axis, mode=mode, cval=CVAL, backend=engine)
+        ref = getattr(ndi, which)(xn, to_np(w), axis, mode=mode, cval=CVAL)
+    elif which == "uniform_filter1d":
+        o = data.draw(st.integers(-(n // 2), (n - 1) // 2))
+        y = tf.uniform_filter1d(x, n, axis, mode=mode, cval=CVAL, origin=o, backend=engine)
+        ref = ndi.uniform_filter1d(xn, n, axis, mode=mode, cval=CVAL, origin=o)
+    else:
+        order = data.draw(st.integers(0, 2))
+        y = tf.gaussian_filter1d(x, n / 3, axis, order, mode=mode, cval=CVAL, backend=engine)
+        ref = ndi.gaussian_filter1d(xn, n / 3, axis, order=order, mode=mode, cval=CVAL)
+    assert_close(y, ref, rtol=1e-10, msg=f"{which} {shape} {axis}")
+
+
+# ------------------------------------------------------------------ parity: per slice
+
+
+@examples(25)
+@given(sa=shape_axes(), modes=per_axis_modes, uniform=st.booleans(), engine=engines,
+       operator=st.sampled_from(tuple(SMOOTH)), data=st.data())
+def test_derivatives_per_slice(sa, modes, uniform, engine, operator, data):
+    shape, axes = sa
+    k = len(axes)
+    x = rand(*shape, seed=8)
+    xn = to_np(x)
+    mode = _modes(modes, k, uniform)
+    mlist = [mode] * k if isinstance(mode, str) else list(mode)
+    axis = data.draw(st.sampled_from(axes))
+    d = tf.derivative(x, axis, operator=operator, mode=mode, cval=CVAL, axes=axes, backend=engine)
+    assert_close(d, derivative_oracle(xn, axis, axes, operator, mlist, CVAL), rtol=1e-10)
+    comps = [derivative_oracle(xn, a, axes, operator, mlist, CVAL) for a in axes]
+    g = tf.gradient(x, operator=operator, mode=mode, cval=CVAL, axes=axes, backend=engine)
+    first = min(_norm(axes, len(shape)))
+    assert g.shape == shape[:first] + (k,) + shape[first:]
+    assert_close(g, np.stack(comps, axis=first), rtol=1e-10)
+    m = tf.gradient_magnitude(x, operator=operator, mode=mode, cval=CVAL, axes=axes, backend=engine)
+    assert_close(m, np.sqrt(sum(c * c for c in comps)), rtol=1e-10)
+    if k == 2:
+        a = tf.gradient_direction(x, operator=operator, mode=mode, cval=CVAL, axes=axes, backend=engine)
+        assert_close(a, np.arctan2(comps[0], comps[1]), rtol=1e-9)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("mode", BASE_MODES)
+def test_sobel_3d_equals_scipy_on_each_volume(engine, mode):
+    x = rand(2, 5, 6, 7, seed=9)
+    for axis in (-3, -2, -1):
+        y = tf.sobel(x, axis, mode=mode, cval=CVAL, axes=(-3, -2, -1), backend=engine)
+        ref = np.stack([ndi.sobel(v, axis, mode=mode, cval=CVAL) for v in to_np(x)])
+        assert_close(y, ref, rtol=1e-10)
+    m = tf.gradient_magnitude(x, operator="sobel", mode=mode, cval=CVAL, axes=(-3, -2, -1), backend=engine)
+    ref = np.stack([ndi.generic_gradient_magnitude(v, ndi.sobel, mode=mode, cval=CVAL) for v in to_np(x)])
+    assert_close(m, ref, rtol=1e-10)
+
+
+@examples(20)
+@given(sa=shape_axes(), modes=per_axis_modes, uniform=st.booleans(), engine=engines,
+       sig=st.lists(st.sampled_from((0.0, 0.7, 1.3)), min_size=3, max_size=3))
+def test_gaussian_magnitude_and_laplace_per_slice(sa, modes, uniform, engine, sig):
+    shape, axes = sa
+    k = len(axes)
+    x = rand(*shape, seed=10)
+    xn = to_np(x)
+    mode = _modes(modes, k, uniform)
+    mlist = [mode] * k if isinstance(mode, str) else list(mode)
+    sig = tuple(sig[:k])
+
+    def comp(order_axis, order):
+        return gaussian_oracle(xn, sig, [order if i == order_axis else 0 for i in range(k)], axes, mlist, CVAL)
+
+    m = tf.gaussian_gradient_magnitude(x, sig, mode=mode, cval=CVAL, axes=axes, backend=engine)
+    assert_close(m, np.sqrt(sum(comp(i, 1) ** 2 for i in range(k))), rtol=1e-10)
+    lap = tf.gaussian_laplace(x, sig, mode=mode, cval=CVAL, axes=axes, backend=engine)
+    assert_close(lap, sum(comp(i, 2) for i in range(k)), rtol=1e-10)
+    if uniform and len(shape) == k:  # the whole array: SciPy's own functions
+        assert_close(m, ndi.gaussian_gradient_magnitude(xn, sig, mode=mode, cval=CVAL, axes=axes), rtol=1e-10)
+        assert_close(lap, ndi.gaussian_laplace(xn, sig, mode=mode, cval=CVAL, axes=axes), rtol=1e-10)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_selective_blur_over_three_axes(engine):
+    x = rand(2, 4, 5, 6, seed=11)
+    xn = to_np(x)
+    y = tf.selective_blur(x, 0.1, axes=(-3, -2, -1), mode="nearest", backend=engine)
+    b = xn
+    for a in (1, 2, 3):
+        b = ndi.correlate1d(b, [0.25, 0.5, 0.25], a, mode="nearest")
+    assert_close(y, np.where(xn >= 0.1, b, xn), rtol=1e-10)
+    w = rand(3, 2, 3, seed=12, low=0.0)
+    y = tf.selective_blur(x, 0.1, weights=w, normalized=True, axes=(1, 2, 3), backend=engine)
+    m = (xn >= 0.1).astype(np.float64)
+    wn = to_np(w)
+    num = ndi.correlate(xn * m, wn[None], mode="reflect")
+    den = ndi.correlate(m, wn[None], mode="reflect")
+    ref = np.where((m > 0) & (den > 0), num / np.where(den > 0, den, 1), xn)
+    assert_close(y, ref, rtol=1e-10)
+
+
+def test_radius_larger_than_the_axis_and_video_axes():
+    x = rand(2, 4, 3, 5, 6, seed=13)  # (B, T, C, H, W) over T, H, W: a permuted view
+    xn = to_np(x)
+    for engine in ENGINES:
+        y = tf.gaussian_filter(x, 1.0, radius=(9, 2, 11), axes=(1, 3, 4), mode="mirror", backend=engine)
+        assert_close(y, ndi.gaussian_filter(xn, 1.0, radius=(9, 2, 11), axes=(1, 3, 4), mode="mirror"), rtol=1e-10)
+        g = tf.gradient(x, axes=(1, 3, 4), backend=engine)
+        assert g.shape == (2, 3, 4, 3, 5, 6)  # components just before the first chosen axis
+        ref = derivative_oracle(xn, 3, (1, 3, 4), "central", ["reflect"] * 3, 0.0)
+        assert_close(g[:, 1], ref, rtol=1e-10)
+        out = torch.full_like(g, float("nan"))
+        assert tf.gradient(x, axes=(1, 3, 4), out=out, backend=engine) is out
+        assert torch.equal(out, g)
+
+
+# ------------------------------------------------------------------ layouts, dtypes, empty
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_non_contiguous_and_channels_last_3d(engine):
+    base = rand(2, 3, 6, 7, 8, seed=14)
+    for x in (base.to(memory_format=torch.channels_last_3d), base.transpose(-1, -3), base[:, :, ::2, 1:, 1::2]):
+        ref = per_slice(to_np(x), (-3, -2, -1), lambda v: ndi.generic_gradient_magnitude(v, ndi.sobel))
+        y = tf.gradient_magnitude(x, operator="sobel", axes=(-3, -2, -1), backend=engine)
+        assert_close(y, ref, rtol=1e-10)
+        y = tf.laplace(x, axes=(2, 3, 4), backend=engine)
+        assert_close(y, ndi.laplace(to_np(x), axes=(2, 3, 4)), rtol=1e-10)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_low_precision_volumes(engine, dtype):
+    x = rand(1, 6, 7, 8, seed=15).to(dtype)
+    xn = to_np(x)
+    eps = {torch.float16: 2**-10, torch.bfloat16: 2**-7, torch.float32: 2**-23}[dtype]
+    for f, ref in [
+        (lambda t: tf.gaussian_filter(t, 1.2, axes=(1, 2, 3), backend=engine), ndi.gaussian_filter(xn, 1.2, axes=(1, 2, 3))),
+        (lambda t: tf.laplace(t, axes=(1, 2, 3), backend=engine), ndi.laplace(xn, axes=(1, 2, 3))),
+        (lambda t: tf.uniform_filter(t, 3, axes=(1, 2, 3), backend=engine), ndi.uniform_filter(xn, 3, axes=(1, 2, 3))),
+    ]:
+        y = f(x)
+        assert y.dtype == dtype
+        # computed in float32, rounded once to the dtype: half an ulp of the largest value (plus float32 noise)
+        assert_close(y, ref, rtol=eps * 8)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_empty_volumes(engine, name):
+    x = torch.zeros(0, 3, 4, 5)
+    y = PUBLIC[name](x, backend=engine)
+    assert y.numel() == 0
+
+
+# ------------------------------------------------------------------ gradients
+
+
+def _gradcheck(fn, x):
+    assert torch.autograd.gradcheck(fn, (x,), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+GRAD_OPS = {
+    "laplace": lambda x, e: tf.laplace(x, mode=("wrap", "constant", "reflect"), cval=0.5, axes=(1, 2, 3), backend=e),
+    "gaussian_laplace": lambda x, e: tf.gaussian_laplace(x, (0.8, 1.0, 0.6), axes=(-3, -2, -1), backend=e),
+    "uniform_filter": lambda x, e: tf.uniform_filter(x, (2, 3, 4), mode="mirror", axes=(-1, -3, -2), backend=e),
+    "uniform_filter1d": lambda x, e: tf.uniform_filter1d(x, 4, 1, origin=1, mode="nearest", backend=e),
+    "gaussian_filter1d": lambda x, e: tf.gaussian_filter1d(x, 0.9, 2, order=1, mode="constant", cval=1.0, backend=e),
+    "gaussian_filter": lambda x, e: tf.gaussian_filter(x, 0.8, axes=(1, 2, 3), mode=("reflect", "wrap", "nearest"),
+                                                       backend=e),
+    "gradient_magnitude": lambda x, e: tf.gradient_magnitude(x, operator="sobel", axes=(1, 2, 3), backend=e),
+    "gradient": lambda x, e: tf.gradient(x, operator="prewitt", axes=(3, 1, 2), backend=e),
+    "gaussian_gradient_magnitude": lambda x, e: tf.gaussian_gradient_magnitude(x, 0.7, axes=(1, 2, 3), backend=e),
+    "correlate": lambda x, e: tf.correlate(x, rand(2, 3, 2, seed=3), axes=(1, 2, 3), mode="wrap", backend=e),
+    "selective_blur": lambda x, e: tf.selective_blur(x, 0.0, axes=(1, 2, 3), normalized=True, backend=e),
+    "signal": lambda x, e: tf.gaussian_filter(x.flatten(), 1.1, axes=0, backend=e),
+}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", sorted(GRAD_OPS))
+def test_gradcheck_three_axes(engine, name):
+    x = rand(1, 3, 4, 5, seed=16)
+    if name == "selective_blur":
+        x = torch.where(x.abs() < 0.05, x + 0.1, x)  # stable mask under finite differences
+    x.requires_grad_(True)
+    _gradcheck(lambda t: GRAD_OPS[name](t, engine), x)
+
+
+# ------------------------------------------------------------------ bad axes
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PUBLIC if not n.endswith("1d")))  # those take axis=
+@pytest.mark.parametrize("axes, words", [
+    ((-1, -1), ("axes", "distinct")),
+    ((0, 5), ("axes", "out of range")),
+    ((-6,), ("axes", "out of range")),
+    ((0, 1, 2, 3), ("axes", "1, 2 or 3")),
+    ((), ("axes", "1, 2 or 3")),
+])
+def test_bad_axes_raise_value_error_naming_axes(name, axes, words):
+    with raises(ValueError, *words):
+        PUBLIC[name](torch.zeros(2, 3, 4, 5), axes=axes)
+
+
+@pytest.mark.parametrize("axes", [(0.5,), ("x",), (True, 1), 1.0], ids=repr)
+def test_axes_of_the_wrong_type(axes):
+    with raises(TypeError, "axes"):
+        tf.gaussian_filter(torch.zeros(3, 4), 1.0, axes=axes)
+
+
+@pytest.mark.parametrize("kw, word", [
+    ({"sigma": (1.0, 2.0)}, "sigma"),
+    ({"sigma": 1.0, "mode": ("reflect", "wrap")}, "mode"),
+    ({"sigma": 1.0, "radius": (1, 2)}, "radius"),
+    ({"sigma": 1.0, "order": (0, 1, 0, 1)}, "order"),
+])
+def test_per_axis_sequence_of_the_wrong_length(kw, word):
+    with raises(ValueError, word, "3"):
+        tf.gaussian_filter(torch.zeros(3, 4, 5), axes=(0, 1, 2), **kw)
+
+
+def test_other_bad_axis_arguments():
+    x = torch.zeros(3, 4, 5)
+    with raises(ValueError, "size", "3"):
+        tf.uniform_filter(x, (3, 3), axes=(0, 1, 2))
+    with raises(ValueError, "weights", "3-D"):
+        tf.correlate(x, [[1.0]], axes=(0, 1, 2))
+    with raises(ValueError, "axis", "axes"):
+        tf.sobel(x, 0)  # axis 0 is not among the default axes
+    with raises(ValueError, "gradient_direction", "2 axes"):
+        tf.gradient_direction(x, axes=(0, 1, 2))
+    with raises(ValueError, "size", ">= 1"):
+        tf.uniform_filter(x, 0)
+    with raises(TypeError, "size"):
+        tf.uniform_filter(x, 2.5)
+    with raises(ValueError, "origin"):
+        tf.uniform_filter1d(x, 3, origin=2)
+    with raises(TypeError, "sigma"):
+        tf.gaussian_filter1d(x, (1.0, 2.0))
+
+
+# ------------------------------------------------------------------ modules
+
+
+def test_nn_modules_take_axes():
+    x = rand(2, 5, 6, 7, seed=17)
+    xn = to_np(x)
+    assert_close(tf.nn.GaussianFilter(1.0, axes=(1, 2, 3))(x), ndi.gaussian_filter(xn, 1.0, axes=(1, 2, 3)))
+    assert_close(tf.nn.Laplace(axes=(-3, -2, -1))(x), ndi.laplace(xn, axes=(1, 2, 3)))
+    assert_close(tf.nn.UniformFilter(size=3, axes=-1)(x), ndi.uniform_filter1d(xn, 3, -1))
+    assert_close(tf.nn.GaussianFilter1d(1.5, axis=0)(x), ndi.gaussian_filter1d(xn, 1.5, 0))
+    assert_close(tf.nn.GaussianLaplace(1.0)(x), per_slice(xn, (-2, -1), lambda v: ndi.gaussian_laplace(v, 1.0)))
+    m = tf.nn.GradientMagnitude(operator="sobel", axes=(1, 2, 3))
+    assert "axes=(1, 2, 3)" in repr(m)
+    assert_close(m(x), np.stack([ndi.generic_gradient_magnitude(v, ndi.sobel) for v in xn]))
+    with raises(ValueError, "axes"):
+        tf.nn.Laplace(axes=(0, 0))
