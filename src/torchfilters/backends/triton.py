@@ -96,7 +96,7 @@ _MODES = {"reflect": 0, "mirror": 1, "nearest": 2, "wrap": 3, "constant": 4}
 # epilogues
 _STACK, _MAG, _DIR, _BLEND, _NORM = 0, 1, 2, 3, 4
 _U_MAG, _U_DIR, _U_NORM = 5, 6, 7  # forward variants that write u for the two-kernel backward
-_EPILOGUES = {"stack": _STACK, "magnitude": _MAG, "direction": _DIR}
+_EPILOGUES = {"stack": _STACK, "magnitude": _MAG, "direction": _DIR, "sum": _STACK}  # sum: merged into one stencil
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -781,6 +781,17 @@ def _stencil_taps(st: Stencil, mode: str, cval: float):
     return None
 
 
+def _merge_taps(stencils):
+    """The one stencil ``sum_k stencil_k``: weights added per offset (an offset every stencil
+    gives 0 stays in the footprint, as a NaN under it spreads in each), corrections listed."""
+    taps, corr = {}, []
+    for t, c in stencils:
+        for k, w in t.items():
+            taps[k] = taps.get(k, 0.0) + w
+        corr += c
+    return taps, corr
+
+
 def _slots(n: int, lo: int, hi: int, mode: str):
     """Extra preimages along one axis, as slots ``(A, B, lo, hi, P)``.
 
@@ -891,9 +902,8 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
         ext = (ly, hy, lx, hx)
         has_mask_possible = True
     else:
-        if len(spec.stencils) > 2 or (spec.epilogue == "direction" and len(spec.stencils) != 2):
-            return None
-        if spec.epilogue not in _EPILOGUES:  # "sum" (Laplacians): the reference engine, for now
+        summed = spec.epilogue == "sum"
+        if (len(spec.stencils) > 2 and not summed) or (spec.epilogue == "direction" and len(spec.stencils) != 2):
             return None
         mode, cval = spec.mode, spec.cval
         stencils = []
@@ -902,8 +912,10 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
             if lowered is None:
                 return None
             stencils.append(lowered)
+        if summed:  # a sum of linear stencils is one stencil: merged taps and corrections
+            stencils = [_merge_taps(stencils)]
         K, CH = len(stencils), 0
-        epi = _EPILOGUES[spec.epilogue]
+        epi = _STACK if summed else _EPILOGUES[spec.epilogue]
         ext = (0, 0, 0, 0)
         has_mask_possible = False
     del has_mask_possible
