@@ -39,7 +39,7 @@ from .plan import _fold, _stack, _whole_planes
 from .prims import (
     _JIT, _cvt, _expo, _expo_all, _fence, _ld, _line, _prefetch_r, _prefetch_w, _ptr, _sel, _st, _stream_line,
 )
-from .tables import EPI_DIR, EPI_MAG, EPI_STACK, L_N, R_O, R_X, _poff
+from .tables import EPI_DIR, EPI_MAG, EPI_STACK, EPI_SUM, L_N, R_O, R_X, _poff
 
 # =============================================================================
 # direct 3x3 path: gradient-type specs read the input in place (no tile)
@@ -295,6 +295,8 @@ def _ol_d3_out(EPI, K, o, oq, osK, a, b):
         return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, math.sqrt(a * a + b * b))
     if epi == EPI_DIR:
         return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, _atan2(a, b))
+    if epi == EPI_SUM:
+        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, a + b)
 
     def stack(EPI, K, o, oq, osK, a, b):
         _st(o, oq, a)
@@ -618,7 +620,7 @@ def _d3_plan(info, H, W, N, nthreads, itemsize, aligned):
     norm, epi, mode = info.norm, info.epi, info.mode
     forms = [_d3_form(vt, ht, dt) for vt, ht, dt, _ in norm]
     plan = None
-    if epi in (EPI_STACK, EPI_MAG, EPI_DIR) and mode != "constant" and len(forms) in (1, 2) and all(forms):
+    if epi in (EPI_STACK, EPI_MAG, EPI_DIR, EPI_SUM) and mode != "constant" and len(forms) in (1, 2) and all(forms):
         fy = _fold(H, -1, H + 2, mode)
         fx = _fold(W, -1, W + 2, mode)
         if fy.min() >= 0 and fx.min() >= 0:  # a guard: every mode but constant folds onto samples
