@@ -7,6 +7,7 @@ Sections (``--only``):
   a2       Sobel gradient magnitude of one 4096x4096 image
   c        gaussian_filter(sigma=2) on a (200, 128, 28, 28) batch and a 4096x4096 image
   d        time per element from 1e4 to 4e8 elements, and call latency at (1, 1, 28, 28)
+  lap      laplace and uniform_filter(size=5) on (64, 64, 64, 64); gaussian_laplace(sigma=2) on 4096x4096
   startup  the first call of a fresh process, with an empty and with a warm numba cache
 
 Every row is a median from ``torch.utils.benchmark`` in this one process, and
@@ -281,6 +282,52 @@ def section_c():
         fresh()
 
 
+# --------------------------------------------------------------------------- (lap)
+
+
+def section_lap():
+    print("\n(lap) laplace and uniform_filter(size=5), (64, 64, 64, 64) float32, axes (-2, -1), mode='reflect'")
+    S = "lap (64, 64, 64, 64)"
+    x = torch.randn(64, 64, 64, 64)
+    y = torch.empty_like(x)
+    t_floor = row(S, "floor: torch.neg(x, out=y)", median(lambda: torch.neg(x, out=y)))
+    cases = {
+        "laplace": (lambda: tf.laplace(x), lambda: tf.laplace(x, out=y),
+                    (lambda: kornia.filters.laplacian(x, 3, border_type="reflect", normalized=False))
+                    if kornia is not None else None, "Kornia laplacian(3)",
+                    (lambda: ndi.laplace(x.numpy(), axes=(-2, -1))) if ndi is not None else None),
+        "uniform_filter(size=5)": (lambda: tf.uniform_filter(x, 5), lambda: tf.uniform_filter(x, 5, out=y),
+                                   (lambda: kornia.filters.box_blur(x, (5, 5), border_type="reflect"))
+                                   if kornia is not None else None, "Kornia box_blur(5x5)",
+                                   (lambda: ndi.uniform_filter(x.numpy(), 5, axes=(-2, -1))) if ndi is not None else None),
+    }
+    for name, (f, f_out, k, klabel, sp) in cases.items():
+        t = row(S, f"torchfilters.{name}", median(f))
+        t_o = row(S, f"torchfilters.{name}, out=y", median(f_out))
+        ratio_line(f"{name}: {t / t_floor:.2f}x the floor (target <= 2x); with out=: {t_o / t_floor:.2f}x")
+        if k is not None:
+            tk = row(S, klabel, median(k, slow=True))
+            ratio_line(f"{name}: {tk / t:.1f}x faster than {klabel} (target > 1x)")
+        if sp is not None:
+            ts = row(S, f"SciPy ndimage.{name.split('(')[0]}", median(sp, slow=True))
+            ratio_line(f"{name}: {ts / t:.1f}x faster than SciPy")
+    del x, y
+    fresh()
+    print("\n(lap) gaussian_laplace sigma=2, one 4096x4096 image, float32")
+    S = "lap 4096x4096"
+    x = torch.randn(4096, 4096)
+    y = torch.empty_like(x)
+    t_floor = row(S, "floor: torch.neg(x, out=y)", median(lambda: torch.neg(x, out=y)))
+    t = row(S, "torchfilters.gaussian_laplace(x, 2.0)", median(lambda: tf.gaussian_laplace(x, 2.0)))
+    t_o = row(S, "torchfilters.gaussian_laplace(x, 2.0, out=y)", median(lambda: tf.gaussian_laplace(x, 2.0, out=y)))
+    ratio_line(f"gaussian_laplace: {t / t_floor:.2f}x the floor (target <= 3x); with out=: {t_o / t_floor:.2f}x")
+    if ndi is not None:
+        ts = row(S, "SciPy ndimage.gaussian_laplace", median(lambda: ndi.gaussian_laplace(x.numpy(), 2.0), slow=True))
+        ratio_line(f"gaussian_laplace: {ts / t:.1f}x faster than SciPy")
+    del x, y
+    fresh()
+
+
 # --------------------------------------------------------------------------- (d)
 
 
@@ -494,7 +541,7 @@ def main(argv=None):
     global QUICK
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller repeat counts")
-    p.add_argument("--only", default="a,b,a2,c,d,startup", help="comma-separated sections (default: all)")
+    p.add_argument("--only", default="a,b,a2,c,d,lap,startup", help="comma-separated sections (default: all)")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
     args = p.parse_args(argv)
     QUICK = args.quick
@@ -506,7 +553,7 @@ def main(argv=None):
     tf.gradient_magnitude(torch.randn(2, 3, 28, 28))
     print(f"first torchfilters call: {time.perf_counter() - t0:.2f} s")
     sections = {"a": section_a, "b": section_b, "a2": section_a2, "c": section_c, "d": section_d,
-                "startup": section_startup}
+                "lap": section_lap, "startup": section_startup}
     for name in args.only.split(","):
         sections[name.strip()]()
     end = _load_change(start)
