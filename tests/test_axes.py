@@ -434,3 +434,17 @@ def test_nn_modules_take_axes():
     assert_close(m(x), np.stack([ndi.generic_gradient_magnitude(v, ndi.sobel) for v in xn]))
     with raises(ValueError, "axes"):
         tf.nn.Laplace(axes=(0, 0))
+
+
+def test_torch_compile_fullgraph_with_axes():
+    x = rand(2, 4, 5, 6, seed=18).requires_grad_(True)
+
+    def f(t):
+        return (tf.gaussian_filter(t, (1.0, 0.5), axes=(1, 3), mode=("wrap", "reflect")).square().sum()
+                + tf.gradient(t, axes=(1, 2, 3)).square().sum() + tf.laplace(t, axes=-1).square().sum())
+
+    y = torch.compile(f, fullgraph=True, backend="aot_eager")(x)
+    (g,) = torch.autograd.grad(y, x)
+    y2 = f(x)
+    (g2,) = torch.autograd.grad(y2, x)
+    assert torch.allclose(y, y2, rtol=1e-12) and torch.allclose(g, g2, rtol=1e-12)

@@ -281,10 +281,10 @@ def test_huge_radius_float32_and_spec_size():
     assert len(text) < 20_000  # 2 x 2M taps, almost all exactly 0.0: packed
     spec = _spec.decode(text)
     assert len(spec.stencils[0].passes[0].taps) == 2 * 2**20 + 1
-    low = _lowering.lower(spec, 8, 8)
+    low = _lowering.lower(spec, (8, 8))
     assert all(len(p.taps) <= 6 * 8 + 1 for p in low.stencils[0].passes)
-    assert _lowering.lower(spec, 8, 8) is low  # cached
-    assert _lowering.lower(spec, 4096, 4096).stencils[0].passes[0].taps[:3] == (0.0, 0.0, 0.0)
+    assert _lowering.lower(spec, (8, 8)) is low  # cached
+    assert _lowering.lower(spec, (4096, 4096)).stencils[0].passes[0].taps[:3] == (0.0, 0.0, 0.0)
 
 
 @pytest.mark.parametrize("mode", BASE_MODES)
@@ -301,9 +301,9 @@ def test_huge_blur_kernel_on_a_small_image(mode, engine):
             tf.selective_blur(xg, 0.1, backend=engine, **kw).square().sum().backward()
             assert torch.isfinite(xg.grad).all()
     spec = _spec.decode(tf.functional._blur_text(mode, CVAL, False, False, ("gauss", (12.0, 12.0), (0, 0), (48, 48))))
-    assert _lowering.lower(spec, 6, 7) is not spec
+    assert _lowering.lower(spec, (6, 7)) is not spec
     kept = _spec.decode(tf.functional._blur_text(mode, CVAL, False, True, ("gauss", (12.0, 12.0), (0, 0), (48, 48))))
-    assert _lowering.lower(kept, 6, 7) is kept
+    assert _lowering.lower(kept, (6, 7)) is kept
 
 
 def _correlate1d(x, lo, taps, mode, cval):
@@ -358,7 +358,7 @@ def test_short_passes_are_not_folded():
         for n in (1, 4, 28):
             assert _lowering.fold_pass(p, n, mode) is p  # reach 8 <= 2n + 16
     spec = FilterSpec("reflect", 0.0, "stack", (_spec.sep((-2, -8, p.taps), (-1, -8, p.taps)),))
-    assert _lowering.lower(spec, 1, 1) is spec
+    assert _lowering.lower(spec, (1, 1)) is spec
 
 
 def test_packed_taps_round_trip():

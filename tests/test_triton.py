@@ -429,7 +429,7 @@ def test_layouts_and_out(T):
 
 
 def _sobel_pair():
-    from torchfilters.functional import _derivative_stencil
+    from torchfilters.functional._core import derivative_stencil as _derivative_stencil
 
     return (_derivative_stencil("sobel", -2, False), _derivative_stencil("sobel", -1, False))
 

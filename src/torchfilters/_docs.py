@@ -38,9 +38,8 @@ input: the images, a tensor shaped ``(..., H, W)`` for the default
     ``axes=(-2, -1)`` (at least as many dimensions as ``axes`` name):
     ``H`` is axis -2 (y, rows, growing downwards), ``W`` axis -1 (x,
     columns); every index of the other axes is an independent image.
-    Any device.  float16,
-    bfloat16, float32 and float64 come back in the same dtype, computed
-    in float32 (float64 for float64); integer dtypes (uint8, int16, ...)
+    Any device.  float16, bfloat16, float32 and float64 come back in the
+    same dtype, computed in float32 (float64 for float64); integer dtypes (uint8, int16, ...)
     are promoted to float32 (they never wrap around as SciPy's uint8
     output does).  bool, complex and float8 dtypes raise ``TypeError``,
     and so do sparse, mkldnn and nested tensors (call
