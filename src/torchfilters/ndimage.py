@@ -165,8 +165,17 @@ def _store(out, y: torch.Tensor):
     return out
 
 
-def _run(out, fn, a, fast32):
-    _store(out, fn(_tensor(a, fast32)))
+def _fresh(output) -> bool:
+    """The caller asked for a new array (no ``output``, or a dtype): the engine's result can be
+    returned as it is when its dtype is the one wanted (no copy)."""
+    return output is None or isinstance(output, (type, np.dtype, str))
+
+
+def _run(out, fn, a, fast32, fresh=False):
+    y = fn(_tensor(a, fast32))
+    if fresh and y.numpy().dtype == out.dtype and y.is_contiguous():
+        return y.numpy()  # the zero-filled ``out`` was never touched: nothing to copy
+    _store(out, y)
     return out
 
 
@@ -209,6 +218,7 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
         output = _get_output(output, input, complex_output=True)
         return _complex_via_real_components(correlate1d, input, weights, output, cval, axis=axis, mode=mode,
                                             origin=origin)
+    fresh = _fresh(output)
     output = _get_output(output, input)
     weights = np.asarray(weights, dtype=np.float64)
     if weights.ndim != 1 or weights.shape[0] < 1:
@@ -223,7 +233,7 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
         return output
     w = weights.tolist()
     return _run(output, lambda t: F.correlate1d(t, w, axis, mode=mode, cval=cval, origin=int(origin)), input,
-                _fast32(input, output))
+                _fast32(input, output), fresh)
 
 
 def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
@@ -271,6 +281,7 @@ def _correlate_or_convolve(input, weights, output, mode, cval, origin, convoluti
         if _invalid_origin(o, n):
             raise ValueError("Invalid origin; origin must satisfy -(weights.shape[k] // 2) <= origin[k] <= "
                              "(weights.shape[k]-1) // 2")
+    fresh = _fresh(output)
     output = _get_output(output, input)
     mode = _check_mode(mode)
     cval = _real_cval(cval)
@@ -286,7 +297,7 @@ def _correlate_or_convolve(input, weights, output, mode, cval, origin, convoluti
     w = weights.reshape([weights.shape[i] for i in keep]).tolist()
     org = [int(origins[i]) for i in keep]
     return _run(output, lambda t: F.correlate(t, w, mode=mode, cval=cval, origin=org, axes=tuple(keep)), input,
-                _fast32(input, output))
+                _fast32(input, output), fresh)
 
 
 def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
@@ -311,13 +322,14 @@ def _fusable(input, output, n_axes, modes=None):
 def _derivative_filter(input, axis, output, mode, cval, operator):
     input = _input(input)
     axis = _normalize_axis(axis, input.ndim)
+    fresh = _fresh(output)
     output = _get_output(output, input)
     modes = [_check_mode(m) for m in _normalize_sequence(mode, input.ndim)]
     cval = _real_cval(cval)
     if _fusable(input, output, input.ndim):
         axes = tuple(range(input.ndim))
         return _run(output, lambda t: F.derivative(t, axis, operator=operator, mode=tuple(modes), cval=cval,
-                                                   axes=axes), input, _fast32(input, output))
+                                                   axes=axes), input, _fast32(input, output), fresh)
     smooth = {"sobel": [1, 2, 1], "prewitt": [1, 1, 1]}[operator]
     correlate1d(input, [-1, 0, 1], axis, output, modes[axis], cval, 0)
     for ii in (a for a in range(input.ndim) if a != axis):
@@ -357,12 +369,13 @@ def generic_laplace(input, derivative2, output=None, mode="reflect", cval=0.0, e
 def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
     """``scipy.ndimage.laplace``: the sum over ``axes`` of ``[1, -2, 1]`` along each."""
     a = _input(input)
+    fresh = _fresh(output)
     out = _get_output(output, a) if a.dtype.kind != "c" else None
     ax = _check_axes(axes, a.ndim)
     if out is not None and 0 < len(ax) and _fusable(a, out, len(ax)):
         modes = tuple(_check_mode(m) for m in _normalize_sequence(mode, len(ax)))
         cv = _real_cval(cval)
-        return _run(out, lambda t: F.laplace(t, mode=modes, cval=cv, axes=ax), a, _fast32(a, out))
+        return _run(out, lambda t: F.laplace(t, mode=modes, cval=cv, axes=ax), a, _fast32(a, out), fresh)
 
     def derivative2(input, axis, output, mode, cval):
         return correlate1d(input, [1, -2, 1], axis, output, mode, cval, 0)
@@ -420,6 +433,7 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
                     axes=None):
     """``scipy.ndimage.gaussian_filter``: one 1-D Gaussian per axis, in ``axes`` order."""
     input = _input(input)
+    fresh = _fresh(output)
     output = _get_output(output, input, complex_output=input.dtype.kind == "c") if input.dtype.kind == "c" \
         else _get_output(output, input)
     axes = _check_axes(axes, input.ndim)
@@ -443,7 +457,7 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
             _radius(truncate, s, r)  # SciPy's radius check
         cv = _real_cval(cval)
         return _run(output, lambda t: F.gaussian_filter(t, sg, order=od, mode=md, cval=cv, truncate=truncate,
-                                                        radius=rd, axes=ax), input, _fast32(input, output))
+                                                        radius=rd, axes=ax), input, _fast32(input, output), fresh)
     src = input
     for axis, s, o, m, r in todo:
         gaussian_filter1d(src, s, axis, o, output, m, cval, truncate, radius=r)
@@ -501,6 +515,7 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
     if size < 1:
         raise RuntimeError("incorrect filter size")
     complex_output = input.dtype.kind == "c"
+    fresh = _fresh(output)
     output = _get_output(output, input, complex_output=complex_output)
     if (size // 2 + origin < 0) or (size // 2 + origin >= size):
         raise ValueError("invalid origin")
@@ -514,16 +529,17 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
         return output
     if _fast32(input, output):
         return _run(output, lambda t: F.uniform_filter1d(t, int(size), axis, mode=mode, cval=cv, origin=int(origin)),
-                    input, True)
+                    input, True, fresh)
     # the window's sum, then one division (SciPy's: an integer mean is exact where SciPy's is)
     ones = [1.0] * int(size)
     return _run(output, lambda t: F.correlate1d(t, ones, axis, mode=mode, cval=cv, origin=int(origin)) / size,
-                input, False)
+                input, False, fresh)
 
 
 def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
     """``scipy.ndimage.uniform_filter``: the mean over ``size`` samples per axis."""
     input = _input(input)
+    fresh = _fresh(output)
     output = _get_output(output, input, complex_output=input.dtype.kind == "c")
     axes = _check_axes(axes, input.ndim)
     n = len(axes)
@@ -543,7 +559,7 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
         cv = _real_cval(cval)
         return _run(output, lambda t: F.uniform_filter(t, tuple(int(s) for _, s, _, _ in todo), mode=md, cval=cv,
                                                        origin=tuple(int(o) for _, _, o, _ in todo), axes=ax),
-                    input, _fast32(input, output))
+                    input, _fast32(input, output), fresh)
     src = input
     for axis, s, o, m in todo:
         uniform_filter1d(src, int(s), axis, output, m, cval, o)
