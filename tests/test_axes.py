@@ -459,3 +459,18 @@ def test_torch_compile_fullgraph_with_axes():
     y2 = f(x)
     (g2,) = torch.autograd.grad(y2, x)
     assert torch.allclose(y, y2, rtol=1e-12) and torch.allclose(g, g2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("k", [5, 7, 9])
+def test_symmetric_kernels_along_one_axis_on_many_rows(engine, k):
+    """A found bug: the CPU separable path gave wrong values for a horizontal-only symmetric
+    pass (vertical identity) on images of more than one row, and on planes of one row."""
+    rng = np.random.default_rng(k)
+    for shape in [(1, 2, 5), (1, 8, 13), (3, 1, 7), (2, 9, 33), (16, 13)]:
+        b = rng.random(shape)
+        for axis in (-1, -2):
+            y = tf.correlate1d(torch.from_numpy(b), [1.0] * k, axis, mode="reflect", backend=engine)
+            assert_close(y, ndi.correlate1d(b, [1.0] * k, axis, mode="reflect"), rtol=1e-12, msg=f"{shape} {axis}")
+            y = tf.uniform_filter1d(torch.from_numpy(b), k, axis, mode="wrap", backend=engine)
+            assert_close(y, ndi.uniform_filter1d(b, k, axis, mode="wrap"), rtol=1e-12, msg=f"{shape} {axis}")
