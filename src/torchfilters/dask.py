@@ -239,19 +239,11 @@ def gaussian_filter1d(image, sigma, axis=-1, order=0, mode="reflect", cval=0.0, 
 
 def _sum_of_gaussians(fn, image, sigma, mode, cval, axes, kwargs):
     image = _da.asarray(image)
-    ax = _axes(axes, image.ndim)
-    sig = _nd._normalize_sequence(sigma, len(ax))
-    truncate = kwargs.get("truncate", 4.0)
-    radius = kwargs.get("radius")
-    rad = _nd._normalize_sequence(radius, len(ax))
-    reach = _no_reach(image.ndim)
-    for a, s, r in zip(ax, sig, rad):
-        if s > 1e-15:
-            lw = _nd._radius(truncate, s, r)
-            reach[a] = (lw, lw)
+    _, reach = _gauss_reach(image, sigma, kwargs.get("truncate", 4.0), kwargs.get("radius"), axes)
     # each derivative is one mode for every axis (SciPy's rule): any wrap axis overlaps periodically
-    modes = ["wrap" if any(m in ("wrap", "grid-wrap") for m in _nd._normalize_sequence(mode, len(ax))) else "reflect"]
-    return _overlap(image, reach, modes * image.ndim,
+    ax = _axes(axes, image.ndim)
+    wrap = any(m in ("wrap", "grid-wrap") for m in _nd._normalize_sequence(mode, len(ax)))
+    return _overlap(image, reach, ["wrap" if wrap else "reflect"] * image.ndim,
                     lambda b: fn(b, sigma, None, mode, cval, axes=axes, **kwargs))
 
 

@@ -465,14 +465,16 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
     return output
 
 
-def gaussian_laplace(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
-    """``scipy.ndimage.gaussian_laplace``: the sum over ``axes`` of second Gaussian derivatives."""
+def _gaussian_derivatives(combine, order, input, sigma, output, mode, cval, axes, kwargs):
+    """SciPy's ``gaussian_laplace``/``gaussian_gradient_magnitude``: ``combine`` (the generic
+    function) of one ``gaussian_filter`` per axis, ``order`` along it, with ``sigma`` spread on
+    the input's axes (0 on the unchosen ones, as SciPy does)."""
     input = np.asarray(input)
 
-    def derivative2(input, axis, output, mode, cval, sigma, **kwargs):
-        order = [0] * input.ndim
-        order[axis] = 2
-        return gaussian_filter(input, sigma, order, output, mode, cval, **kwargs)
+    def derivative(input, axis, output, mode, cval, sigma, **kwargs):
+        orders = [0] * input.ndim
+        orders[axis] = order
+        return gaussian_filter(input, sigma, orders, output, mode, cval, **kwargs)
 
     axes = _check_axes(axes, input.ndim)
     sigma = _normalize_sequence(sigma, len(axes))
@@ -481,28 +483,17 @@ def gaussian_laplace(input, sigma, output=None, mode="reflect", cval=0.0, *, axe
         for s, ax in zip(sigma, axes):
             full[ax] = s
         sigma = full
-    return generic_laplace(input, derivative2, output, mode, cval, extra_arguments=(sigma,), extra_keywords=kwargs,
-                           axes=axes)
+    return combine(input, derivative, output, mode, cval, extra_arguments=(sigma,), extra_keywords=kwargs, axes=axes)
+
+
+def gaussian_laplace(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
+    """``scipy.ndimage.gaussian_laplace``: the sum over ``axes`` of second Gaussian derivatives."""
+    return _gaussian_derivatives(generic_laplace, 2, input, sigma, output, mode, cval, axes, kwargs)
 
 
 def gaussian_gradient_magnitude(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
     """``scipy.ndimage.gaussian_gradient_magnitude``: the gradient magnitude of Gaussian derivatives."""
-    input = np.asarray(input)
-
-    def derivative(input, axis, output, mode, cval, sigma, **kwargs):
-        order = [0] * input.ndim
-        order[axis] = 1
-        return gaussian_filter(input, sigma, order, output, mode, cval, **kwargs)
-
-    axes = _check_axes(axes, input.ndim)
-    sigma = _normalize_sequence(sigma, len(axes))
-    if len(axes) < input.ndim:
-        full = [0] * input.ndim
-        for s, ax in zip(sigma, axes):
-            full[ax] = s
-        sigma = full
-    return generic_gradient_magnitude(input, derivative, output, mode, cval, extra_arguments=(sigma,),
-                                      extra_keywords=kwargs, axes=axes)
+    return _gaussian_derivatives(generic_gradient_magnitude, 1, input, sigma, output, mode, cval, axes, kwargs)
 
 
 # ----------------------------------------------------------------- uniform
