@@ -331,10 +331,30 @@ def _derivative_filter(input, axis, output, mode, cval, operator):
         return _run(output, lambda t: F.derivative(t, axis, operator=operator, mode=tuple(modes), cval=cval,
                                                    axes=axes), input, _fast32(input, output), fresh)
     smooth = {"sobel": [1, 2, 1], "prewitt": [1, 1, 1]}[operator]
+    if _fusable(input, output, 3) and (cval == 0.0 or not any(m in ("constant", "grid-constant") for m in modes)):
+        # linear passes, one per axis, commute (constant mode with cval != 0 aside): fused
+        # calls of three axes each, the trailing ones first
+        passes = {a: (-1, (-1.0, 0.0, 1.0) if a == axis else tuple(map(float, smooth))) for a in range(input.ndim)}
+        return _run(output, lambda t: _sep_groups(t, passes, modes, cval), input, _fast32(input, output), fresh)
     correlate1d(input, [-1, 0, 1], axis, output, modes[axis], cval, 0)
     for ii in (a for a in range(input.ndim) if a != axis):
         correlate1d(output, smooth, ii, output, modes[ii], cval, 0)
     return output
+
+
+def _sep_groups(t, passes, modes, cval):
+    """``t`` filtered by one 1-D pass per axis (``passes[axis] = (lo, taps)``), as fused calls of
+    up to three axes each, from the last axes on."""
+    from .functional import _core
+
+    axes = sorted(passes)
+    while axes:
+        group, axes = tuple(axes[-3:]), axes[:-3]
+        lay = _core.layout(t, group)
+        sa = dict(zip(group, lay.spec_axes))
+        recipe = ("sep", tuple((sa[a], passes[a][0], passes[a][1]) for a in group))
+        t = _core.run(t, lay, tuple(_check_mode(modes[a]) for a in group), cval, "stack", (recipe,), None, None)
+    return t
 
 
 def sobel(input, axis=-1, output=None, mode="reflect", cval=0.0):
