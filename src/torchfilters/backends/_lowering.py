@@ -52,7 +52,7 @@ import numpy as np
 
 from .._spec import BlurSpec, FilterSpec, Pass, Stencil
 
-__all__ = ["lower", "fold_pass", "pass_kind", "SYM", "ANTI", "GENERAL"]
+__all__ = ["lower", "fold_pass", "pass_kind", "pass_entries", "SYM", "ANTI", "GENERAL"]
 
 #: :func:`pass_kind`'s answers (SciPy's ``symmetric`` flag in ``NI_Correlate1D``)
 SYM, ANTI, GENERAL = 1, -1, 0
@@ -126,6 +126,24 @@ def pass_kind(taps) -> int:
         if not np.any(np.abs(right + left) > _DBL_EPSILON):
             return ANTI
     return GENERAL
+
+
+def pass_entries(p: Pass):
+    """``(kind, [(offset, weight), ...])``: the 1-D pass ``p`` as SciPy sums it, one entry per
+    term in order.  (Anti)symmetric: the centre tap, then per pair from the outermost in the
+    left tap and the right tap, both with the left weight (the pair is
+    ``(x[left] +- x[right]) * w[left]``); general: the last tap, then the others in order.
+    Offsets are along ``p.axis``, relative to the output sample."""
+    kind = pass_kind(p.taps)
+    k = len(p.taps)
+    t = [float(w) for w in p.taps]
+    if kind == GENERAL:
+        return kind, [(p.lo + k - 1, t[k - 1])] + [(p.lo + i, t[i]) for i in range(k - 1)]
+    c = k // 2
+    out = [(p.lo + c, t[c])]
+    for i in range(c):
+        out += [(p.lo + i, t[i]), (p.lo + k - 1 - i, t[i])]
+    return kind, out
 
 
 def canonical_pass(p: Pass) -> Pass:

@@ -12,7 +12,7 @@ import torch
 
 from ..._spec import FilterSpec
 from .. import reference
-from .._lowering import GENERAL, pass_kind
+from .._lowering import pass_entries
 from .._layout import collapse_planes
 from .tables import (
     EPI_BLEND, EPI_DIR, EPI_MAG, EPI_NORM, EPI_STACK, F_TAPS, I_BI0, I_BI1, I_BJ0, I_BJ1, I_BR, I_BX, I_CONST,
@@ -112,27 +112,13 @@ def _norm_stencil(st):
 def _fwd_passes(passes):
     """The forward's 1-D passes of a ``sep`` stencil, in the spec's order (unit passes left out:
     ``x * 1.0`` is ``x``): ``(axis, kind, taps)``, the taps ``(dy, dx, w)`` in SciPy's order of
-    summation (``tables.ST_LEN``)."""
+    summation (``_lowering.pass_entries``, ``tables.ST_LEN``)."""
     out = []
     for p in passes:
         if p.taps == (1.0,):
             continue
-        kind = pass_kind(p.taps)
-        k = len(p.taps)
-
-        def tap(i):
-            o = p.lo + i
-            return (o, 0, float(p.taps[i])) if p.axis == -2 else (0, o, float(p.taps[i]))
-
-        if kind == GENERAL:
-            lst = [tap(k - 1)] + [tap(i) for i in range(k - 1)]
-        else:
-            c = k // 2
-            lst = [tap(c)]
-            for i in range(c):
-                t = tap(k - 1 - i)
-                lst += [tap(i), (t[0], t[1], float(p.taps[i]))]
-        out.append((p.axis, kind, lst))
+        kind, ent = pass_entries(p)
+        out.append((p.axis, kind, [(o, 0, w) if p.axis == -2 else (0, o, w) for o, w in ent]))
     return out
 
 
