@@ -442,11 +442,9 @@ def _engine(R, R0, RL, S, S0, V, V0, x, L, p0, mp, sH, sW, m, hasm, msH, msW, th
         if nph > 0:  # sep: the passes in the spec's order, each in SciPy's order
             ax1, kd1, nt1, t1 = P[d + ST_NPH + 1], P[d + ST_NPH + 2], P[d + ST_NPH + 3], P[d + ST_NPH + 4]
             nfix = P[d + 8]
-            if nph == 1:
-                if ax1 == -2:
-                    _spass(R, rk, S, S0, n, P, Fc, t1, nt1, kd1, ONE, -EYlo, ZERO, ZERO, Ws)
-                else:
-                    _spass(R, rk, S, S0, n, P, Fc, t1, nt1, kd1, ZERO, ZERO, ONE, cx, Ws)
+            if nph == 1:  # (offsets as the one-phase taps': rows from -EYlo, columns from cx)
+                _spass(R, rk, S, S0, n, P, Fc, t1, nt1, kd1, ONE, -EYlo, ONE, cx, Ws)
+                if ax1 == -1:
                     for f in range(nfix):
                         _hfix(R, rk, S, S0 + g - EYlo * W, ntot, P[P[d + 9] + f], t1, nt1, kd1, fill, P, Fc)
             else:
