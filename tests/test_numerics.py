@@ -206,8 +206,14 @@ def test_float64_gradient_magnitude_is_scipys_bits(backend, mode):
     assert same_bits(gd[1, 1], ndi.prewitt(x[1], 1, mode=mode))
 
 
-@pytest.mark.parametrize("shape", [(9, 21), (6, 70)])  # padded and flat layouts of the tiled engine
-@pytest.mark.parametrize("mode", ["reflect", "mirror", "nearest", "wrap", "constant"])
+GAUSS_BITS_CASES = [(m, s) for m in MODES for s in ((9, 21), (6, 70))]  # the tiled engine's padded and flat layouts
+
+
+@pytest.mark.parametrize(
+    "backend, mode, shape",
+    [(e, *c) for e in ENGINES for c in (GAUSS_BITS_CASES[::3] if e == "triton" else GAUSS_BITS_CASES)],
+    indirect=["backend"],
+)
 def test_float64_gaussian_gradient_magnitude_is_scipys_bits(backend, mode, shape):
     x = np.random.default_rng(4).standard_normal(shape)
     sigma = 1.9412622623564277
@@ -243,7 +249,7 @@ def test_pass_kind_and_entries():
     assert pass_kind((-1.0, 0.0, 1.0)) == ANTI
     assert pass_kind((1.0, 2.0, 1.0)) == SYM
     assert pass_kind((1.0, 2.0, 1.0 + 2e-16)) == SYM
-    assert pass_kind((1.0, 2.0, 1.0 + 3e-16)) == GENERAL
+    assert pass_kind((1.0, 2.0, 1.0 + 4.5e-16)) == GENERAL  # two ulps: beyond DBL_EPSILON
     assert pass_kind((float("nan"), 1.0, 2.0)) == SYM  # SciPy: fabs(nan) > eps is false
     assert pass_kind(tuple(np.linspace(-1, 1, 101))) == ANTI  # the vectorised test of long passes
     assert pass_entries(Pass(-1, -1, (-1.0, 0.0, 1.0))) == (ANTI, [(0, 0.0), (-1, -1.0), (1, -1.0)])
@@ -269,11 +275,20 @@ def test_gaussian_kernels_are_exactly_symmetric(sigma):
     assert kernels.gaussian_kernel1d(sigma, 1, r)[r] == 0.0
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("mode", ["reflect", "nearest", "mirror", "wrap"])
-@pytest.mark.parametrize("sigma", [0.5, 1.9412622623564277, (3.3, 1.2)])
+CONSTANT_CASES = [(s, m, d) for s in (0.5, 1.9412622623564277, (3.3, 1.2)) for m in ("reflect", "nearest", "mirror", "wrap")
+                  for d in (torch.float64, torch.float32)]
+#: the interpreted Triton engine runs a 17x17 footprint's backward in Python: fewer, smaller cases
+TRITON_CONSTANT_CASES = [(0.5, "reflect", torch.float64), (0.5, "wrap", torch.float32), (1.0, "mirror", torch.float32)]
+
+
+@pytest.mark.parametrize(
+    "backend, sigma, mode, dtype",
+    [(e, *c) for e in ENGINES for c in (TRITON_CONSTANT_CASES if e == "triton" else CONSTANT_CASES)],
+    indirect=["backend"],
+)
 def test_gaussian_gradient_magnitude_of_a_constant_is_zero(backend, sigma, mode, dtype):
-    for value, shape in ((5.0, (16, 16)), (-0.3, (3, 7, 9))):
+    shapes = ((5.0, (6, 7)),) if backend == "triton" else ((5.0, (16, 16)), (-0.3, (3, 7, 9)))
+    for value, shape in shapes:
         x = torch.full(shape, value, dtype=dtype, requires_grad=True)
         y = tf.gaussian_gradient_magnitude(x, sigma, mode=mode, backend=backend)
         assert torch.equal(y, torch.zeros_like(y)), float(y.abs().max())
@@ -293,15 +308,22 @@ def _grad(fn, x, g):
     return y.detach(), gx
 
 
+SCALES = {"f32-over": (torch.float32, 2.0**120), "f32-under": (torch.float32, 2.0**-100),
+          "f64-over": (torch.float64, 2.0**1000), "f64-under": (torch.float64, 2.0**-600)}
+RESCALE_CASES = [(op, sc) for op in ("sobel", "central", "gauss") for sc in SCALES]
+#: (the interpreted Triton engine: a few)
+TRITON_RESCALE_CASES = [("sobel", "f32-over"), ("central", "f64-under"), ("gauss", "f32-under"), ("gauss", "f64-over")]
+
+
 @pytest.mark.parametrize(
-    "dtype, scale", [(torch.float32, 2.0**120), (torch.float32, 2.0**-100), (torch.float64, 2.0**1000),
-                     (torch.float64, 2.0**-600)],
-    ids=["f32-over", "f32-under", "f64-over", "f64-under"],
+    "backend, op, scale_id",
+    [(e, *c) for e in ENGINES for c in (TRITON_RESCALE_CASES if e == "triton" else RESCALE_CASES)],
+    indirect=["backend"],
 )
-@pytest.mark.parametrize("op", ["sobel", "central", "gauss"])
-def test_magnitude_rescales_where_the_squares_over_or_underflow(backend, op, dtype, scale):
+def test_magnitude_rescales_where_the_squares_over_or_underflow(backend, op, scale_id):
     """The magnitude is homogeneous: ``|D(c x)| = c |D x|`` exactly for a power of two ``c``, and
     its gradient does not change.  Squares of ``c * D x`` over/underflow; the results must not."""
+    dtype, scale = SCALES[scale_id]
     if op == "gauss":
         def fn(t):
             return tf.gaussian_gradient_magnitude(t, 1.2, mode="nearest", backend=backend)
@@ -316,9 +338,9 @@ def test_magnitude_rescales_where_the_squares_over_or_underflow(backend, op, dty
     sq = torch.square(y1 * scale)
     assert (~torch.isfinite(sq)).any() or (sq[y1 != 0] < torch.finfo(dtype).tiny).any()  # the squares do
     assert torch.isfinite(ys).all() and torch.isfinite(gs).all()
-    tol = dict(rtol=1e-6, atol=0) if dtype == torch.float32 else dict(rtol=1e-14, atol=0)
-    torch.testing.assert_close(ys, y1 * scale, **tol)
-    torch.testing.assert_close(gs, g1, **tol, atol=1e-6 * float(g1.abs().max()) if dtype == torch.float32 else 1e-13)
+    rtol = 1e-6 if dtype == torch.float32 else 1e-14
+    torch.testing.assert_close(ys, y1 * scale, rtol=rtol, atol=0)
+    torch.testing.assert_close(gs, g1, rtol=rtol, atol=rtol * float(g1.abs().max()))
     assert torch.equal(ys == 0, y1 == 0)
 
 
@@ -330,7 +352,7 @@ def test_magnitude_of_an_alternating_column_is_finite(backend):
     y = tf.gradient_magnitude(x, operator="central", backend=backend)
     d = ndi.correlate1d(col.double().numpy(), [-1.0, 0.0, 1.0], 0, mode="reflect")
     np.testing.assert_allclose(y.detach().double().numpy(), np.abs(d), rtol=1e-6)
-    assert torch.isfinite(y).all() and float(y.max()) > 2.9e38
+    assert torch.isfinite(y).all() and float(y.detach().max()) > 2.9e38
     y.sum().backward()
     assert torch.isfinite(x.grad).all()
     # d|gy|/dx: sign(gy) at x[i+1], -sign(gy) at x[i-1] (and the reflect folds): the float64 oracle

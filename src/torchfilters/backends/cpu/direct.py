@@ -82,6 +82,11 @@ HFIRST = 1 << 20
 KV_SHIFT, KH_SHIFT = 21, 23
 KSYM, KANTI = 1, 2
 SAFE = 1 << 25
+#: form flag (with SKIPZ, the magnitude): the run checks its sums of squares only, not its
+#: samples -- a non-finite sample makes the sum of squares of a neighbour in the run non-finite
+#: (a stencil reads the horizontal neighbours with non-zero weights: ``_d3_plan``), and the
+#: run's first and last centre samples are checked after it
+SQONLY = 1 << 26
 _d3_kernels: dict = {}
 
 
@@ -195,6 +200,8 @@ def _ol_p3(CODE, w0, w1, w2, a, b, c):
             return lambda CODE, w0, w1, w2, a, b, c: m0(w0, a + c)
         return lambda CODE, w0, w1, w2, a, b, c: m1(w1, b) + m0(w0, a + c)
     if kind == KANTI:
+        if skip and (code >> 3) & 3 == 2:  # (a - c) * -1: c - a (only a zero's sign differs: SKIPZ)
+            return lambda CODE, w0, w1, w2, a, b, c: c - a
         if skip:
             return lambda CODE, w0, w1, w2, a, b, c: m0(w0, a - c)
         return lambda CODE, w0, w1, w2, a, b, c: m1(w1, b) + m0(w0, a - c)
@@ -387,7 +394,7 @@ def _ol_d3_span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
     class of position ``q`` (``_d3_lr``)."""
     if not _literal(F0, F1, EPI, K):
         return None
-    check = F0.literal_value & SKIPZ
+    check = F0.literal_value & SKIPZ and not F0.literal_value & SQONLY
     folds = F0.literal_value & (EDGE | MIRR)
     magc = EPI.literal_value == EPI_MAG
 
@@ -415,7 +422,7 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
         return None
     k2 = K.literal_value == 2 and EPI.literal_value == EPI_STACK
     stream = F0.literal_value & STREAM
-    check = F0.literal_value & SKIPZ
+    check = F0.literal_value & SKIPZ and not F0.literal_value & SQONLY
     folds = F0.literal_value & (EDGE | MIRR)
     magc = EPI.literal_value == EPI_MAG
 
@@ -535,6 +542,15 @@ _STREAM_BYTES = _llc_bytes()
 _STREAM_MIN_W = 256
 
 
+def _sq_only(forms):
+    """Whether a stencil of ``forms`` reads both horizontal neighbours with non-zero weights (then
+    a magnitude run may check its sums of squares instead of its samples: ``SQONLY``)."""
+    for f in forms:
+        if f & 3 == FORM_H or (f & 3 == FORM_VH and not f & ZV):
+            return True
+    return False
+
+
 def _d3_kernel(FORMS, EPI, FOLD, STRM):
     """The direct kernel for one or two stencils of the given forms and one epilogue, built
     (and compiled) on first use.  Its closure holds only integers (the disk cache keys on
@@ -559,7 +575,8 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
     SKIP = EPI == EPI_MAG
     MAGK = EPI == EPI_MAG
     SF = SAFE if MAGK else 0
-    S0 = F0 | SKIPZ | FOLD | STRM
+    SQ = SQONLY if MAGK and _sq_only(FORMS) else 0
+    S0 = F0 | SKIPZ | FOLD | STRM | SQ
     S1 = F1 | SKIPZ | FOLD
     R0 = F0 | FOLD | STRM | SF
     R1 = F1 | FOLD | SF
@@ -624,7 +641,8 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
                         e = _d3_run(S0, S1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T,
                                     tq, w, omis, bp)
                         e = max(e, _expo_max(x, xb + (ia - 1) * W, W), _expo_max(x, xb + ib * W, W),
-                                _expo(_ld(x, xb + q0 - 1)), _expo(_ld(x, xb + q0 + n)))
+                                _expo(_ld(x, xb + q0 - 1)), _expo(_ld(x, xb + q0 + n)), _expo(_ld(x, xb + q0)),
+                                _expo(_ld(x, xb + q0 + n - 1)))
                     if not SKIP or e == eall:
                         if STRM and SKIP:
                             _fence()  # (the rerun stores over the first run's)
