@@ -26,6 +26,21 @@ group (``S/2 + S/2 == S`` exactly, same sign).  Nothing is ever added that SciPy
 multiply.  The sequential ``constant`` correction (``cpu.plan._correction``) is computed
 from the folded passes, which are exactly the original ones as functions of the padded input.
 
+**SciPy's accumulation order.**  ``scipy.ndimage.correlate1d`` (``NI_Correlate1D``) tests
+an odd-length pass for symmetry (``|w[c+j] - w[c-j]| <= DBL_EPSILON`` for every ``j``) and
+then antisymmetry (``|w[c+j] + w[c-j]| <= DBL_EPSILON``) and sums
+
+* symmetric: ``y = x[c]*w[c]``, then ``y += (x[c-j] + x[c+j]) * w[c-j]`` for ``j = r .. 1``;
+* antisymmetric: the same with ``x[c-j] - x[c+j]``;
+* otherwise: ``y = x[k-1]*w[k-1]``, then ``y += x[j]*w[j]`` for ``j = 0 .. k-2``.
+
+Every engine evaluates a ``sep`` pass in that order (:func:`pass_kind` says which, once, for
+all of them).  This is what makes ``gradient_direction`` keep SciPy's signs of zero (``x*0``
+then ``(a - a)*-1`` is ``-0`` exactly when the centre sample is negative) and the Gaussian
+derivative of a constant image exactly 0 (``(c - c)*w == 0``).  :func:`lower` also makes the
+right half of a (anti)symmetric pass the exact mirror of its left half (SciPy pairs with the
+left weights only), so that the linear map every engine and adjoint sees is the one summed.
+
 Not folded: ``dense`` stencils (zero weights are outside their footprint, they are the
 user's own arrays), and selective-blur specs with ``keep_border`` (the border band is
 derived from the stencil's reach, which folding would shorten).
@@ -37,7 +52,12 @@ import numpy as np
 
 from .._spec import BlurSpec, FilterSpec, Pass, Stencil, axis_mode
 
-__all__ = ["lower", "fold_pass"]
+__all__ = ["lower", "fold_pass", "pass_kind", "pass_entries", "SYM", "ANTI", "GENERAL"]
+
+#: :func:`pass_kind`'s answers (SciPy's ``symmetric`` flag in ``NI_Correlate1D``)
+SYM, ANTI, GENERAL = 1, -1, 0
+
+_DBL_EPSILON = 2.220446049250313e-16
 
 _cache: dict = {}
 _CACHE_MAX = 256
@@ -78,10 +98,71 @@ def _lower_stencil(st: Stencil, mode, sizes) -> Stencil:
     if st.kind != "sep":
         return st
     d = len(sizes)
-    passes = tuple(fold_pass(p, sizes[p.axis], axis_mode(mode, p.axis, d)) for p in st.passes)
+    passes = tuple(canonical_pass(fold_pass(p, sizes[p.axis], axis_mode(mode, p.axis, d))) for p in st.passes)
     if all(a is b for a, b in zip(passes, st.passes)):
         return st
     return Stencil("sep", passes, st.lo, st.taps)
+
+
+def pass_kind(taps) -> int:
+    """SciPy's classification of a 1-D pass (``NI_Correlate1D``): :data:`SYM`, :data:`ANTI`
+    or :data:`GENERAL` (even lengths are general; a NaN weight compares as symmetric, as in
+    SciPy's ``fabs(a - b) > DBL_EPSILON`` test).  It decides the engines' accumulation order
+    (module docstring)."""
+    k = len(taps)
+    if k % 2 == 0:
+        return GENERAL
+    c = k // 2
+    if c == 0:
+        return SYM
+    if k <= 64:
+        if not any(abs(taps[c + j] - taps[c - j]) > _DBL_EPSILON for j in range(1, c + 1)):
+            return SYM
+        if not any(abs(taps[c + j] + taps[c - j]) > _DBL_EPSILON for j in range(1, c + 1)):
+            return ANTI
+        return GENERAL
+    w = np.asarray(taps, np.float64)
+    left, right = w[c - 1 :: -1], w[c + 1 :]
+    with np.errstate(invalid="ignore", over="ignore"):
+        if not np.any(np.abs(right - left) > _DBL_EPSILON):
+            return SYM
+        if not np.any(np.abs(right + left) > _DBL_EPSILON):
+            return ANTI
+    return GENERAL
+
+
+def pass_entries(p: Pass):
+    """``(kind, [(offset, weight), ...])``: the 1-D pass ``p`` as SciPy sums it, one entry per
+    term in order.  (Anti)symmetric: the centre tap, then per pair from the outermost in the
+    left tap and the right tap, both with the left weight (the pair is
+    ``(x[left] +- x[right]) * w[left]``); general: the last tap, then the others in order.
+    Offsets are along ``p.axis``, relative to the output sample."""
+    kind = pass_kind(p.taps)
+    k = len(p.taps)
+    t = [float(w) for w in p.taps]
+    if kind == GENERAL:
+        return kind, [(p.lo + k - 1, t[k - 1])] + [(p.lo + i, t[i]) for i in range(k - 1)]
+    c = k // 2
+    out = [(p.lo + c, t[c])]
+    for i in range(c):
+        out += [(p.lo + i, t[i]), (p.lo + k - 1 - i, t[i])]
+    return kind, out
+
+
+def canonical_pass(p: Pass) -> Pass:
+    """``p`` with the right half of an (anti)symmetric pass made the exact mirror (negated
+    mirror) of its left half: SciPy multiplies each pair by the left weight; ``p`` itself when
+    that changes nothing."""
+    kind = pass_kind(p.taps)
+    k = len(p.taps)
+    if kind == GENERAL or k < 3:
+        return p
+    c = k // 2
+    t = p.taps
+    right = tuple(t[c - j] if kind == SYM else -t[c - j] for j in range(1, c + 1))
+    if right == t[c + 1 :]:  # (equal up to the sign of a zero weight: nothing to change)
+        return p
+    return Pass(p.axis, p.lo, t[: c + 1] + right)
 
 
 #: passes reaching at most this far past twice the axis are left alone (see ``_needs_fold``)

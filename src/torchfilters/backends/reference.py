@@ -15,7 +15,7 @@ import torch
 
 from .._spec import BlurSpec, FilterSpec, Stencil, axis_mode, dense_shape
 from .._validate import compute_dtype
-from ._lowering import lower
+from ._lowering import GENERAL, SYM, lower, pass_kind
 
 NAME = "reference"
 
@@ -61,12 +61,22 @@ def _pad(x: torch.Tensor, dim: int, lo: int, hi: int, mode: str, cval: float) ->
 def _pass1d(x: torch.Tensor, dim: int, lo: int, taps, mode: str, cval: float) -> torch.Tensor:
     n = x.shape[dim]
     k = len(taps)
+    if k == 0:
+        return torch.zeros_like(x)
     xp = _pad(x, dim, lo, lo + k - 1, mode, cval)
-    out = None
-    for j, w in enumerate(taps):  # every tap, zeros too: a NaN under a 0 tap is NaN (SciPy's correlate1d)
-        term = xp.narrow(dim, j, n) * w
-        out = term if out is None else out + term
-    return out if out is not None else torch.zeros_like(x)
+    # every tap, zeros too (a NaN under a 0 tap is NaN), in SciPy's order (_lowering.pass_kind)
+    kind = pass_kind(taps)
+    if kind == GENERAL:
+        out = xp.narrow(dim, k - 1, n) * taps[k - 1]
+        for j in range(k - 1):
+            out = out + xp.narrow(dim, j, n) * taps[j]
+        return out
+    c = k // 2
+    out = xp.narrow(dim, c, n) * taps[c]
+    for j in range(c):  # outermost pair first, times the left weight
+        a, b = xp.narrow(dim, j, n), xp.narrow(dim, k - 1 - j, n)
+        out = out + (a + b if kind == SYM else a - b) * taps[j]
+    return out
 
 
 def _dense_terms(taps, shape):
@@ -104,12 +114,49 @@ def apply_stencil(x: torch.Tensor, st: Stencil, mode, cval: float, ndim: int = 2
 
 
 def _magnitude(ys):
+    """``sqrt(sum y_k**2)``, rescaled as ``hypot`` where the sum of squares over- or underflows:
+    ``m * sqrt(sum (y_k/m)**2)``, ``m = max |y_k|`` (:func:`_scaled`); gradient 0 (not NaN)
+    where it is 0."""
     s = ys[0] * ys[0]
     for y in ys[1:]:
         s = s + y * y
+    bad = _rescale(s, ys)
+    if bool(bad.any()):
+        s = torch.where(bad, s.detach(), s)  # (no gradient through the overflowed sum)
+        r = torch.where(bad, _scaled(ys, bad), _magnitude_of(s))
+        return r
+    return _magnitude_of(s)
+
+
+def _magnitude_of(s):
     zero = s == 0
     # double where: exact sqrt forward, gradient 0 (not NaN) where s == 0
     return torch.where(zero, torch.zeros_like(s), torch.sqrt(torch.where(zero, torch.ones_like(s), s)))
+
+
+def _rescale(s, ys):
+    """Where ``s`` (the sum of squares) overflowed to inf, or underflowed to 0 or a subnormal
+    while a component is not 0 (NaN: never)."""
+    nz = ys[0] != 0
+    for y in ys[1:]:
+        nz = nz | (y != 0)
+    return (s == float("inf")) | ((s < torch.finfo(s.dtype).tiny) & nz)
+
+
+def _scaled(ys, bad):
+    """``m * sqrt(sum (y_k/m)**2)`` with ``m = max |y_k|`` (inf where ``m`` is), the engines'
+    formula for the rare rescaled pixels; ``bad`` marks them (elsewhere ``m`` is 1)."""
+    m = ys[0].abs()
+    for y in ys[1:]:
+        m = torch.maximum(m, y.abs())
+    one = torch.ones_like(m)
+    mm = torch.where(bad & (m != float("inf")) & (m > 0), m, one)
+    t = ys[0] / mm
+    s = t * t
+    for y in ys[1:]:
+        t = y / mm
+        s = s + t * t
+    return torch.where(m == float("inf"), m, mm * torch.sqrt(s))
 
 
 def _direction(y0, y1):
@@ -214,6 +261,33 @@ def apply_stencil_adjoint(g: torch.Tensor, st: Stencil, mode, ndim: int = 2) -> 
     return gp
 
 
+def _magnitude_vjp(g, ys):
+    """``g * y_k / |y|`` per stencil, 0 where ``|y| == 0``, with the rescaled magnitude where the
+    sum of squares over/underflows (``g * (y_k/m) / sqrt(sum (y_j/m)**2)`` there: finite
+    wherever the forward is)."""
+    s = ys[0] * ys[0]
+    for y in ys[1:]:
+        s = s + y * y
+    m = _magnitude_of(s)
+    zero = m == 0
+    scale = torch.where(zero, torch.zeros_like(m), g / torch.where(zero, torch.ones_like(m), m))
+    gs = [scale * y for y in ys]
+    bad = _rescale(s, ys)
+    if bool(bad.any()):
+        mx = ys[0].abs()
+        for y in ys[1:]:
+            mx = torch.maximum(mx, y.abs())
+        mm = torch.where(bad & (mx > 0) & (mx != float("inf")), mx, torch.ones_like(mx))
+        ts = [y / mm for y in ys]
+        r = ts[0] * ts[0]
+        for t in ts[1:]:
+            r = r + t * t
+        r = torch.sqrt(r)
+        sc = g / torch.where(bad, r, torch.ones_like(r))
+        gs = [torch.where(bad, sc * t, gk) for t, gk in zip(ts, gs)]
+    return gs
+
+
 def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec) -> torch.Tensor:
     """Gradient with respect to ``x`` of :func:`filter_compute` (both in compute dtype)."""
     spec = lower(spec, x.shape)
@@ -226,10 +300,7 @@ def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec) -> torch.Tens
     else:
         ys = [apply_stencil(x, st, spec.mode, spec.cval, nd) for st in sts]
         if spec.epilogue == "magnitude":
-            m = _magnitude(ys)
-            zero = m == 0
-            scale = torch.where(zero, torch.zeros_like(m), g / torch.where(zero, torch.ones_like(m), m))
-            gs = [scale * y for y in ys]
+            gs = _magnitude_vjp(g, ys)
         else:  # direction: d atan2(a, b) = (b da - a db) / (a^2 + b^2)
             a, b = ys
             r = a * a + b * b

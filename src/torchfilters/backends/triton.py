@@ -74,7 +74,7 @@ import triton
 import triton.language as tl
 
 from .._spec import BlurSpec, FilterSpec, Stencil
-from ._lowering import lower
+from ._lowering import lower, pass_entries
 from .._validate import compute_dtype
 from . import reference as _ref
 from ._layout import collapse_planes
@@ -340,6 +340,17 @@ def _tap(t, acc0, acc1, rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.const
 def _stencils(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1: tl.constexpr):
     """The (up to two) stencils evaluated at ``rows x cols`` (1-D in-image index vectors)."""
     xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
+    if cfg[24]:  # sep stencils of a FilterSpec: pass by pass, in SciPy's order
+        ACC0: tl.constexpr = cfg[11]
+        if DO0:
+            a0 = _sep_stencil(rows, cols, valid, env, cfg, cfg[25])
+        else:
+            a0 = tl.full(valid.shape, 0.0, ACC0)
+        if DO1:
+            a1 = _sep_stencil(rows, cols, valid, env, cfg, cfg[26])
+        else:
+            a1 = a0
+        return a0, a1
     NT: tl.constexpr = cfg[2]
     NA: tl.constexpr = cfg[3]
     NB: tl.constexpr = cfg[4]
@@ -387,16 +398,259 @@ def _stencils(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1:
     return acc0, acc1
 
 
+# ---------------------------------------------------------------- sep stencils in SciPy's order
+#
+# A ``sep`` stencil of a FilterSpec (``SEPF``) is evaluated pass by pass, in the spec's order,
+# each pass summed in SciPy's order (``_lowering.pass_entries``): the first pass is recomputed
+# at every entry of the second (the same loads as the footprint), and in constant mode the
+# second pass reads ``cval`` outside the image (SciPy pads the first pass's result: exact, no
+# correction term).  ``SP`` describes one stencil: (passes, axis, kind, entries, weight index in
+# fp, offset index in ip) of the first pass, then the same of the second; ``SOFF`` holds every
+# offset as constants when ``SUN`` (unrolled).
+
+
+@triton.jit
+def _maxi(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _axis_idx(idx, d, n, MODE: tl.constexpr, SINGLE: tl.constexpr):
+    """Folded positions ``idx + d`` along an axis of size ``n``, and whether they are inside
+    (constant mode; elsewhere all true)."""
+    j = idx + d
+    f = _fold(j, n, MODE, SINGLE)
+    if MODE == 4:
+        ok = _inside(j, n)
+    else:
+        ok = j == j
+    return f, ok
+
+
+@triton.jit
+def _sep_x(fr, fc, okr, okc, valid, env, cfg: tl.constexpr):
+    xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
+    MODE: tl.constexpr = cfg[0]
+    ACC: tl.constexpr = cfg[11]
+    ok = valid & okr[None, :, None] & okc[None, None, :]
+    v = tl.load(xp + fr[None, :, None] * x_sh + fc[None, None, :] * x_sw, mask=ok, other=0.0).to(ACC)
+    if MODE == 4:
+        v = tl.where(ok, v, cval)  # cval in the compute dtype
+    return v
+
+
+@triton.jit
+def _sep_v1(t, rows, cols, fB, okB, valid, env, cfg: tl.constexpr, SP: tl.constexpr):
+    """The sample of entry ``t`` of the first pass (the other axis already folded: ``fB``)."""
+    xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
+    MODE: tl.constexpr = cfg[0]
+    SINGLE: tl.constexpr = cfg[1]
+    AX: tl.constexpr = SP[1]
+    OI: tl.constexpr = SP[5]
+    if cfg[28]:
+        SOFF: tl.constexpr = cfg[27]
+        d: tl.constexpr = SOFF[OI + t]
+    else:
+        d = tl.load(ip + OI + t)
+    if AX == -2:
+        fr, okr = _axis_idx(rows, d, H, MODE, SINGLE)
+        return _sep_x(fr, fB, okr, okB, valid, env, cfg)
+    else:
+        fc, okc = _axis_idx(cols, d, W, MODE, SINGLE)
+        return _sep_x(fB, fc, okB, okc, valid, env, cfg)
+
+
+@triton.jit
+def _sep_t1(t, acc, rows, cols, fB, okB, valid, env, cfg: tl.constexpr, SP: tl.constexpr):
+    """``acc`` plus term ``t`` of the first pass: ``w x`` (general) or ``(x_l +- x_r) w_l``."""
+    fp = env[7]
+    KIND: tl.constexpr = SP[2]
+    WI: tl.constexpr = SP[4]
+    w = tl.load(fp + WI + t)
+    if KIND == 0:
+        acc = acc + w * _sep_v1(t, rows, cols, fB, okB, valid, env, cfg, SP)
+    else:
+        a = _sep_v1(t, rows, cols, fB, okB, valid, env, cfg, SP)
+        b = _sep_v1(t + 1, rows, cols, fB, okB, valid, env, cfg, SP)
+        if KIND == 1:
+            acc = acc + (a + b) * w
+        else:
+            acc = acc + (a - b) * w
+    return acc
+
+
+@triton.jit
+def _sep_p1(rows, cols, fB, okB, valid, env, cfg: tl.constexpr, SP: tl.constexpr):
+    """The first pass, in SciPy's order."""
+    fp = env[7]
+    KIND: tl.constexpr = SP[2]
+    N: tl.constexpr = SP[3]
+    WI: tl.constexpr = SP[4]
+    acc = tl.load(fp + WI) * _sep_v1(0, rows, cols, fB, okB, valid, env, cfg, SP)
+    if cfg[28]:
+        if KIND == 0:
+            for t in tl.static_range(1, N):
+                acc = _sep_t1(t, acc, rows, cols, fB, okB, valid, env, cfg, SP)
+        else:
+            for t in tl.static_range(1, N, 2):
+                acc = _sep_t1(t, acc, rows, cols, fB, okB, valid, env, cfg, SP)
+    else:
+        if KIND == 0:
+            for t in range(1, N):
+                acc = _sep_t1(t, acc, rows, cols, fB, okB, valid, env, cfg, SP)
+        else:
+            for t in range(1, N, 2):
+                acc = _sep_t1(t, acc, rows, cols, fB, okB, valid, env, cfg, SP)
+    return acc
+
+
+@triton.jit
+def _sep_v2(e, rows, cols, valid, env, cfg: tl.constexpr, SP: tl.constexpr):
+    """The first pass at entry ``e`` of the second one (``cval`` outside, constant mode)."""
+    xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
+    MODE: tl.constexpr = cfg[0]
+    SINGLE: tl.constexpr = cfg[1]
+    AX2: tl.constexpr = SP[6]
+    OI2: tl.constexpr = SP[10]
+    if cfg[28]:
+        SOFF: tl.constexpr = cfg[27]
+        d: tl.constexpr = SOFF[OI2 + e]
+    else:
+        d = tl.load(ip + OI2 + e)
+    if AX2 == -1:
+        fB, okB = _axis_idx(cols, d, W, MODE, SINGLE)
+        a = _sep_p1(rows, cols, fB, okB, valid, env, cfg, SP)
+        if MODE == 4:
+            a = tl.where(okB[None, None, :], a, cval)
+    else:
+        fB, okB = _axis_idx(rows, d, H, MODE, SINGLE)
+        a = _sep_p1(rows, cols, fB, okB, valid, env, cfg, SP)
+        if MODE == 4:
+            a = tl.where(okB[None, :, None], a, cval)
+    return a
+
+
+@triton.jit
+def _sep_t2(e, acc, rows, cols, valid, env, cfg: tl.constexpr, SP: tl.constexpr):
+    fp = env[7]
+    KIND2: tl.constexpr = SP[7]
+    WI2: tl.constexpr = SP[9]
+    w = tl.load(fp + WI2 + e)
+    if KIND2 == 0:
+        acc = acc + w * _sep_v2(e, rows, cols, valid, env, cfg, SP)
+    else:
+        a = _sep_v2(e, rows, cols, valid, env, cfg, SP)
+        b = _sep_v2(e + 1, rows, cols, valid, env, cfg, SP)
+        if KIND2 == 1:
+            acc = acc + (a + b) * w
+        else:
+            acc = acc + (a - b) * w
+    return acc
+
+
+@triton.jit
+def _sep_stencil(rows, cols, valid, env, cfg: tl.constexpr, SP: tl.constexpr):
+    """One ``sep`` stencil at ``rows x cols``, its passes in the spec's order, each in SciPy's."""
+    fp = env[7]
+    NPH: tl.constexpr = SP[0]
+    if NPH == 0:  # the identity
+        return _sep_x(rows, cols, rows == rows, cols == cols, valid, env, cfg)
+    if NPH == 1:
+        if SP[1] == -2:
+            return _sep_p1(rows, cols, cols, cols == cols, valid, env, cfg, SP)
+        else:
+            return _sep_p1(rows, cols, rows, rows == rows, valid, env, cfg, SP)
+    KIND2: tl.constexpr = SP[7]
+    N2: tl.constexpr = SP[8]
+    WI2: tl.constexpr = SP[9]
+    acc = tl.load(fp + WI2) * _sep_v2(0, rows, cols, valid, env, cfg, SP)
+    if cfg[28]:
+        if KIND2 == 0:
+            for e in tl.static_range(1, N2):
+                acc = _sep_t2(e, acc, rows, cols, valid, env, cfg, SP)
+        else:
+            for e in tl.static_range(1, N2, 2):
+                acc = _sep_t2(e, acc, rows, cols, valid, env, cfg, SP)
+    else:
+        if KIND2 == 0:
+            for e in range(1, N2):
+                acc = _sep_t2(e, acc, rows, cols, valid, env, cfg, SP)
+        else:
+            for e in range(1, N2, 2):
+                acc = _sep_t2(e, acc, rows, cols, valid, env, cfg, SP)
+    return acc
+
+
+@triton.jit
+def _any(b):
+    """Whether any element of the 3-D boolean ``b`` is set (a block-uniform scalar)."""
+    return tl.reduce(tl.reduce(tl.reduce(b.to(tl.int32), 2, _maxi), 1, _maxi), 0, _maxi) > 0
+
+
+@triton.jit
+def _mag_bad(s, y0, y1, K: tl.constexpr, F64: tl.constexpr):
+    """Where the sum of squares ``s`` overflowed, or underflowed to 0 / a subnormal while a
+    component is not 0 (``reference._rescale``)."""
+    nz = y0 != 0
+    if K == 2:
+        nz = nz | (y1 != 0)
+    if F64:
+        tiny = 2.2250738585072014e-308
+    else:
+        tiny = 1.1754943508222875e-38
+    return (s == float("inf")) | ((s < tiny) & nz)
+
+
+@triton.jit
+def _mag_scaled(y0, y1, bad, K: tl.constexpr, F64: tl.constexpr):
+    """``(m', t0, t1, r)``: ``m' = max |y_k|`` where ``bad`` (finite, > 0; else 1), ``t_k = y_k / m'``,
+    ``r = sqrt(sum t_k**2)`` (``reference._scaled``)."""
+    m = tl.abs(y0)
+    if K == 2:
+        m = tl.maximum(m, tl.abs(y1))
+    mm = tl.where(bad & (m > 0) & (m != float("inf")), m, 1.0)
+    t0 = _div(y0, mm, F64)
+    r = t0 * t0
+    t1 = t0
+    if K == 2:
+        t1 = _div(y1, mm, F64)
+        r += t1 * t1
+    return m, mm, t0, t1, _sqrt(r, F64)
+
+
+@triton.jit
+def _magnitude(y0, y1, K: tl.constexpr, F64: tl.constexpr):
+    """``sqrt(sum y_k**2)``, rescaled where that sum over/underflows (a rare, block-uniform
+    branch)."""
+    s = y0 * y0
+    if K == 2:
+        s += y1 * y1
+    r = _sqrt(s, F64)
+    bad = _mag_bad(s, y0, y1, K, F64)
+    if _any(bad):
+        m, mm, t0, t1, q = _mag_scaled(y0, y1, bad, K, F64)
+        r = tl.where(bad, tl.where(m == float("inf"), m, mm * q), r)
+    return r
+
+
 @triton.jit
 def _u_from_y(y0, y1, g, EPI: tl.constexpr, K: tl.constexpr, F64: tl.constexpr):
     """Upstream gradient of each stencil from the stencil values and the output gradient."""
-    if EPI == 1:  # magnitude: g * y_k / |y|, 0 where |y| == 0
+    if EPI == 1:  # magnitude: g * y_k / |y|, 0 where |y| == 0 (rescaled |y|: _magnitude)
         s = y0 * y0
         if K == 2:
             s += y1 * y1
         zero = s == 0
         scale = tl.where(zero, 0.0, _div(g, tl.where(zero, 1.0, _sqrt(s, F64)), F64))
-        return scale * y0, scale * y1
+        u0 = scale * y0
+        u1 = scale * y1
+        bad = _mag_bad(s, y0, y1, K, F64)
+        if _any(bad):
+            m, mm, t0, t1, q = _mag_scaled(y0, y1, bad, K, F64)
+            sc = _div(g, tl.where(bad, q, 1.0), F64)
+            u0 = tl.where(bad, sc * t0, u0)
+            u1 = tl.where(bad, sc * t1, u1)
+        return u0, u1
     else:  # direction: d atan2(a, b) = (b da - a db) / (a^2 + b^2)
         r = y0 * y0 + y1 * y1
         zero = r == 0
@@ -535,12 +789,13 @@ def _fwd_kernel(
     K: tl.constexpr, NCY: tl.constexpr, NCX: tl.constexpr, CH: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, ACC: tl.constexpr, UNROLL: tl.constexpr, EPI: tl.constexpr, F64: tl.constexpr,
     DY: tl.constexpr, DX: tl.constexpr, NT2: tl.constexpr, NA2: tl.constexpr, NB2: tl.constexpr,
-    UNROLL2: tl.constexpr, DY2: tl.constexpr, DX2: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr,
+    UNROLL2: tl.constexpr, DY2: tl.constexpr, DX2: tl.constexpr, SEPF: tl.constexpr, SP0: tl.constexpr,
+    SP1: tl.constexpr, SOFF: tl.constexpr, SUN: tl.constexpr, NSO: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr,
     BW: tl.constexpr,
 ):
     """Stencils + epilogue on a ``[BP planes, BH rows, BW cols]`` tile."""
     cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, 0, F64,
-                         DY, DX, NT2, NA2, NB2, UNROLL2, DY2, DX2)
+                         DY, DX, NT2, NA2, NB2, UNROLL2, DY2, DX2, SEPF, SP0, SP1, SOFF, SUN)
     pid = tl.program_id(0)
     tw = pid % n_tw
     rest = pid // n_tw
@@ -570,10 +825,7 @@ def _fwd_kernel(
         if K == 2:
             tl.store(optr + o_sk, acc1.to(OT), mask=valid)
     elif EPI == 1:
-        s = acc0 * acc0
-        if K == 2:
-            s += acc1 * acc1
-        tl.store(optr, _sqrt(s, F64).to(OT), mask=valid)
+        tl.store(optr, _magnitude(acc0, acc1, K, F64).to(OT), mask=valid)
     elif EPI == 2:
         tl.store(optr, _atan2(acc0, acc1, F64).to(OT), mask=valid)
     elif EPI == 3 or EPI == 4 or EPI == 7:
@@ -611,13 +863,15 @@ def _bwd_kernel(
     K: tl.constexpr, NCY: tl.constexpr, NCX: tl.constexpr, CH: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, ACC: tl.constexpr, UNROLL: tl.constexpr, EPI: tl.constexpr, USRC: tl.constexpr,
     F64: tl.constexpr, DY: tl.constexpr, DX: tl.constexpr, NT2: tl.constexpr, NA2: tl.constexpr,
-    NB2: tl.constexpr, UNROLL2: tl.constexpr, DY2: tl.constexpr, DX2: tl.constexpr, BP: tl.constexpr,
-    BH: tl.constexpr, BW: tl.constexpr, BBY: tl.constexpr, BBX: tl.constexpr, EXTRAS: tl.constexpr,
+    NB2: tl.constexpr, UNROLL2: tl.constexpr, DY2: tl.constexpr, DX2: tl.constexpr, SEPF: tl.constexpr,
+    SP0: tl.constexpr, SP1: tl.constexpr, SOFF: tl.constexpr, SUN: tl.constexpr, NSO: tl.constexpr,
+    BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr, BBY: tl.constexpr, BBX: tl.constexpr,
+    EXTRAS: tl.constexpr,
 ):
     """Adjoint on a ``[BP, BH, BW]`` tile of the input gradient: main term, border bands, epilogue."""
     cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, USRC, F64,
-                         DY, DX, NT2, NA2, NB2, UNROLL2, DY2, DX2)
-    SL: tl.constexpr = 2 * NT + NCY + NCX + 2 * NT2  # slot tables in ip: SY rows, then SX columns, 5 ints each
+                         DY, DX, NT2, NA2, NB2, UNROLL2, DY2, DX2, SEPF, SP0, SP1, SOFF, SUN)
+    SL: tl.constexpr = 2 * NT + NCY + NCX + 2 * NT2 + NSO  # slot tables in ip: SY rows, then SX columns, 5 ints each
     pid = tl.program_id(0)
     tw = pid % n_tw
     rest = pid // n_tw
@@ -848,6 +1102,30 @@ def _table(t0: dict, t1: dict, shared: bool):
             [t1.get(o, 0.0) for o in offs], len(a), len(b))
 
 
+def _sep_tables(stencils, base: int, floats: list):
+    """``([SP per stencil], offsets, unrolled?)`` for ``_sep_stencil``: per stencil its passes in
+    the spec's order (unit passes left out: ``x * 1.0`` is ``x``), each as
+    ``_lowering.pass_entries``; the offsets go to ``ip`` at ``base`` (before the slot tables:
+    their place does not depend on the image's size), the weights are appended to ``floats``."""
+    sps, offs = [], []
+    sun = True
+    for st in stencils:
+        sp = []
+        phases = [p for p in st.passes if p.taps != (1.0,)]
+        for p in phases:
+            kind, ent = pass_entries(p)
+            sp += [p.axis, kind, len(ent), len(floats), base + len(offs)]
+            floats += [w for _, w in ent]
+            offs += [o for o, _ in ent]
+        sp += [0] * (10 - len(sp))
+        sps.append(tuple([len(phases)] + sp))
+        n = 1
+        for p in phases:
+            n *= len(p.taps)
+        sun = sun and n <= _UNROLL_MAX
+    return sps, offs, sun
+
+
 class _Plan(NamedTuple):
     ip: torch.Tensor
     fp: torch.Tensor
@@ -898,6 +1176,7 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
             stencils = [(taps, corr)]
             K, CH = 1, 0
             epi = _BLEND
+        sepf = False
         (ly, hy), (lx, hx) = spec.stencil.extent(-2), spec.stencil.extent(-1)
         ext = (ly, hy, lx, hx)
         has_mask_possible = True
@@ -907,11 +1186,14 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
             return None
         mode, cval = spec.mode, spec.cval
         stencils = []
+        # sep stencils run pass by pass in SciPy's order (``_sep_stencil``; constant mode exact
+        # there: no correction terms); the footprint stays their adjoint's
+        sepf = all(st.kind == "sep" for st in spec.stencils) and not summed
         for st in spec.stencils:
             lowered = _stencil_taps(st, mode, cval)
             if lowered is None:
                 return None
-            stencils.append(lowered)
+            stencils.append((lowered[0], []) if sepf else lowered)
         if summed:  # a sum of linear stencils is one stencil: merged taps and corrections
             stencils = [_merge_taps(stencils)]
         K, CH = len(stencils), 0
@@ -959,11 +1241,15 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
     BBY = min(_np2(max([b - a + 1 for _, _, a, b, _ in sy], default=1)), BH2)
     BBX = min(_np2(max([b - a + 1 for _, _, a, b, _ in sx], default=1)), BW2)
 
-    # ip: dy, dx, corr. rows, corr. cols, dy2, dx2, row slots, col slots
+    # ip: dy, dx, corr. rows, corr. cols, dy2, dx2, [sep offsets,] row slots, col slots
     # fp: w0, w1, corr. rows (2 x), corr. cols (2 x), cval, threshold, w0b, w1b
-    ints = dys + dxs + cy + cx + dys2 + dxs2 + [v for s in sy for v in s] + [v for s in sx for v in s]
+    # (and with sep stencils: their passes' offsets before the slots, weights at the end of fp)
     thr = threshold if threshold is not None else 0.0
     floats = w0 + w1 + cy0 + cy1 + cx0 + cx1 + [cval, thr] + w0b + w1b
+    sps, soff, sun = [(0,) * 11, (0,) * 11], [], False
+    if sepf:
+        sps, soff, sun = _sep_tables(spec.stencils, 2 * NT + len(cy) + len(cx) + 2 * NT2, floats)
+    ints = dys + dxs + cy + cx + dys2 + dxs2 + soff + [v for s in sy for v in s] + [v for s in sx for v in s]
     ip = torch.tensor(ints, dtype=torch.int32).to(device)
     fp = torch.tensor(floats, dtype=acc).to(device)
     unroll, unroll2 = NT <= _UNROLL_MAX, NT2 <= _UNROLL_MAX
@@ -974,6 +1260,8 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
         DY=tuple(dys) if unroll else (), DX=tuple(dxs) if unroll else (),
         NT2=NT2, NA2=NA2, NB2=NB2, UNROLL2=unroll2,
         DY2=tuple(dys2) if unroll2 else (), DX2=tuple(dxs2) if unroll2 else (),
+        SEPF=sepf, SP0=sps[0], SP1=sps[-1], SOFF=tuple([0] * (2 * NT + len(cy) + len(cx) + 2 * NT2) + soff) if sun else (),
+        SUN=sun, NSO=len(soff),
     )
     plan = _Plan(ip, fp, ce, NT, ext, len(sy), len(sx), BBY, BBX, fwd_tiles, bwd_tiles,
                  recompute=NT <= _RECOMPUTE_MAX)

@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit
 
 from .forward import _engine, _fill, _load_row, _mask_at, _pass, _written
-from .prims import _JIT, _cvt, _ld, _ptr, _st
+from .prims import _JIT, _cvt, _expo, _expo_all, _hyp2_vjp, _ld, _mag_flag, _ptr, _st
 from .tables import (
     EPI_DIR, EPI_MAG, EPI_NORM, EPI_STACK, EPI_SUM, F_ONE, F_TAPS, F_THR, F_ZERO, I_BI0, I_BI1, I_BJ0, I_BJ1, I_BR, I_BX,
     I_EPI, I_EXHI, I_EXLO, I_EYHI, I_EYLO, I_FH, I_FW, I_H, I_K, I_KEEPB, I_NB, I_NBX, I_NPM, I_PAD, I_ST,
@@ -226,25 +226,33 @@ def _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH
             continue
         q = R0 + sg * Ws
         if epi == EPI_MAG:
+            fl = _expo(zero)
             if K == 2:
                 for j in range(sl):
                     a = B[q + j]
                     b = B[q + RL + j]
-                    mg = math.sqrt(a * a + b * b)
+                    s = a * a + b * b
+                    mg = math.sqrt(s)
                     sc = _ld(gp, grow + j * gsW) / mg if mg != zero else zero
                     B[zr + j] = sc * a
                     B[zr + ZL + j] = sc * b
+                    fl = max(fl, _mag_flag(s, (a != 0) | (b != 0)))
             else:
                 for j in range(sl):
                     a = B[q + j]
                     s = a * a
+                    nz = a != 0
                     for k in range(1, K):
                         b = B[q + k * RL + j]
                         s += b * b
+                        nz |= b != 0
                     mg = math.sqrt(s)
                     sc = _ld(gp, grow + j * gsW) / mg if mg != zero else zero
                     for k in range(K):
                         B[zr + k * ZL + j] = sc * B[q + k * RL + j]
+                    fl = max(fl, _mag_flag(s, nz))
+            if fl == _expo_all(zero):  # (rare) sums of squares that over/underflowed: rescaled
+                _mag_vjp_fix(B, q, RL, zr, ZL, K, sl, gp, grow, gsW)
         else:  # direction: d atan2(a, b) = (b da - a db) / (a^2 + b^2)
             for j in range(sl):
                 a = B[q + j]
@@ -253,6 +261,38 @@ def _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH
                 sc = _ld(gp, grow + j * gsW) / rr if rr != zero else zero
                 B[zr + j] = sc * b
                 B[zr + ZL + j] = -sc * a
+
+
+@njit(**_JIT)
+def _mag_vjp_fix(B, q, RL, zr, ZL, K, sl, gp, grow, gsW):
+    """``g * y_k / |y|`` again where the sum of squares over/underflowed, with the rescaled
+    magnitude (``reference._magnitude_vjp``): ``g * (y_k/m) / sqrt(sum (y_j/m)**2)``."""
+    for j in range(sl):
+        a = B[q + j]
+        s = a * a
+        nz = a != 0
+        m = abs(a)
+        for k in range(1, K):
+            b = B[q + k * RL + j]
+            s += b * b
+            nz |= b != 0
+            m = max(m, abs(b))
+        if _mag_flag(s, nz) != _expo_all(s) or s != s:
+            continue
+        g = _ld(gp, grow + j * gsW)
+        if K == 2:
+            ua, ub = _hyp2_vjp(g, a, B[q + RL + j])
+            B[zr + j] = ua
+            B[zr + ZL + j] = ub
+            continue
+        t = a / m
+        r = t * t
+        for k in range(1, K):
+            t = B[q + k * RL + j] / m
+            r += t * t
+        sc = g / math.sqrt(r)
+        for k in range(K):
+            B[zr + k * ZL + j] = sc * (B[q + k * RL + j] / m)
 
 
 @njit(**_JIT)

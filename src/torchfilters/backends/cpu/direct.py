@@ -7,16 +7,17 @@ taps, epilogue and store in one vectorised pass; columns 0 and W-1 read across
 row ends there and are recomputed, or, in the modes whose fold is a neighbour
 in the row (reflect, nearest, mirror), take the folded value per lane by a
 select), the first/last rows through the row fold, the two border columns
-through the column fold.  The run leaves the zero centre taps out (the
-derivative taps of every operator) when an integer max over the exponent bits
-of the samples it read shows them all finite, and redoes itself with them
-otherwise (``x * 0`` only matters for inf and NaN); it asks for its input and
-output lines a few KiB ahead, the output for writing.  It sums the taps in
-the general engine's order, so both paths give the same values (signs of zero
-aside; and where a Sobel-type column sum overflows next to a NaN elsewhere in
-the tile, the direct path keeps SciPy's finite values where the general engine
-gives NaN).  This is what brings a batch of 28x28 planes and a 4096x4096 image
-near the memory floor.
+through the column fold.  It runs the passes in the spec's order, each summed
+in SciPy's order (``_lowering.pass_kind``: ``w1*b + (a -+ c)*w0`` for the
+derivative and smoothing taps), as the general engine and the reference do:
+the same bits, signs of zero included.  For the magnitude (which squares the
+signs of zero away) the run leaves the zero centre taps of the first pass out
+when an integer max over the exponent bits of the samples it read shows them
+all finite, and over those of its sums of squares shows none over- or
+underflowed; otherwise it redoes itself with them, rescaling those sums
+(``SAFE``).  It asks for its input and output lines a few KiB ahead, the
+output for writing.  This is what brings a batch of 28x28 planes and a
+4096x4096 image near the memory floor.
 
 Kernels are specialised on the stencil forms, the epilogue and the mode's
 column class, never on the image size, with one exception: outputs larger than
@@ -36,8 +37,10 @@ from numba.extending import overload
 
 from .forward import _atan2
 from .plan import _fold, _stack, _whole_planes
+from .._lowering import ANTI, SYM, pass_kind
 from .prims import (
-    _JIT, _cvt, _expo, _expo_all, _fence, _ld, _line, _prefetch_r, _prefetch_w, _ptr, _sel, _st, _stream_line,
+    _JIT, _cvt, _expo, _expo_all, _fence, _hyp2, _ld, _line, _mag_flag, _prefetch_r, _prefetch_w, _ptr, _sel, _st,
+    _stream_line,
 )
 from .tables import EPI_DIR, EPI_MAG, EPI_STACK, EPI_SUM, L_N, R_O, R_X, _poff
 
@@ -70,6 +73,20 @@ EDGE, MIRR = 1 << 17, 1 << 18
 #: form flag for a run into an output larger than the cache: whole output lines go through a
 #: line buffer and non-temporal stores (``_stream_line``), the partial lines at its ends directly
 STREAM = 1 << 19
+#: form flags: the two-pass form sums its horizontal pass first (the spec's order: SciPy's, which
+#: the signs of zero and the rounding follow); the kind of the vertical / horizontal pass
+#: (``_lowering.pass_kind``: KSYM symmetric, KANTI antisymmetric, else general) at bits
+#: ``KV_SHIFT`` / ``KH_SHIFT``; ``SAFE``: the magnitude rescaled where its sum of squares
+#: over/underflows (``prims._hyp2``; the rerun of a run or row that flagged one)
+HFIRST = 1 << 20
+KV_SHIFT, KH_SHIFT = 21, 23
+KSYM, KANTI = 1, 2
+SAFE = 1 << 25
+#: form flag (with SKIPZ, the magnitude): the run checks its sums of squares only, not its
+#: samples -- a non-finite sample makes the sum of squares of a neighbour in the run non-finite
+#: (a stencil reads the horizontal neighbours with non-zero weights: ``_d3_plan``), and the
+#: run's first and last centre samples are checked after it
+SQONLY = 1 << 26
 _d3_kernels: dict = {}
 
 
@@ -85,24 +102,6 @@ class D3Plan(NamedTuple):
 
 
 _d3_cache: dict = {}
-
-
-@njit(inline="always", **_JIT)
-def _sum3(a, b, c):
-    return (a + b) + c
-
-
-@njit(inline="always", **_JIT)
-def _sum3_zc(a, b, c):
-    """``_sum3`` with a zero centre tap ``b``: the general engine sums non-zero taps first, and
-    so does the direct path (both give the same bits, up to the sign of zero)."""
-    return (a + c) + b
-
-
-@njit(inline="always", **_JIT)
-def _sum3_skip(a, b, c):
-    """``_sum3_zc`` without the zero centre term (the compiler drops its loads and products)."""
-    return a + c
 
 
 # The direct kernels are closures over integers only (form and epilogue codes: numba's disk
@@ -123,7 +122,7 @@ def _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):  # pragma: no cover
     raise NotImplementedError
 
 
-def _d3_out(EPI, K, o, oq, osK, a, b):  # pragma: no cover
+def _d3_out(FORM, EPI, K, o, oq, osK, a, b):  # pragma: no cover
     raise NotImplementedError
 
 
@@ -172,12 +171,43 @@ def _w_two(w, v):
 _W_CLASS = (_w_any, _w_one, _w_minus_one, _w_two)
 
 
-def _summer(f, zero_flag):
-    """The 3-tap sum of one pass of form ``f``: zero centre (``zero_flag`` = ZV / ZH set) or not,
-    its zero term left out under SKIPZ."""
-    if not f & zero_flag:
-        return _sum3
-    return _sum3_skip if f & SKIPZ else _sum3_zc
+def _p3(CODE, w0, w1, w2, a, b, c):  # pragma: no cover - overload below
+    raise NotImplementedError
+
+
+def _pass3(f, zero_flag, kshift, wshift, first):
+    """The literal code of one 3-tap pass of form ``f`` for :func:`_p3`: its kind (bits
+    ``kshift``), whether its zero centre tap is left out (SKIPZ, ``zero_flag`` set, and the
+    ``first`` pass: it multiplies a sample, finite there, and ``x * 0`` is +-0; a second pass
+    keeps it, as an overflowed intermediate times 0 is NaN in SciPy too) and the weight
+    classes of its taps (bits ``wshift``)."""
+    skip = bool(first and f & SKIPZ and f & zero_flag)
+    return ((f >> kshift) & 3) | (skip << 2) | (((f >> wshift) & 0x3F) << 3)
+
+
+@overload(_p3)
+def _ol_p3(CODE, w0, w1, w2, a, b, c):
+    """One 3-tap pass on samples ``a, b, c`` (offsets -1, 0, 1) in SciPy's order
+    (``NI_Correlate1D``): (anti)symmetric ``w1*b + (a +- c)*w0`` (the pair times the left
+    weight), general ``(w2*c + w0*a) + w1*b``; products by weight class (``_W_CLASS``)."""
+    if not _literal(CODE):
+        return None
+    code = CODE.literal_value
+    kind, skip = code & 3, code & 4
+    m0, m1, m2 = (_W_CLASS[(code >> (3 + 2 * t)) & 3] for t in range(3))
+    if kind == KSYM:
+        if skip:
+            return lambda CODE, w0, w1, w2, a, b, c: m0(w0, a + c)
+        return lambda CODE, w0, w1, w2, a, b, c: m1(w1, b) + m0(w0, a + c)
+    if kind == KANTI:
+        if skip and (code >> 3) & 3 == 2:  # (a - c) * -1: c - a (only a zero's sign differs: SKIPZ)
+            return lambda CODE, w0, w1, w2, a, b, c: c - a
+        if skip:
+            return lambda CODE, w0, w1, w2, a, b, c: m0(w0, a - c)
+        return lambda CODE, w0, w1, w2, a, b, c: m1(w1, b) + m0(w0, a - c)
+    if skip:
+        return lambda CODE, w0, w1, w2, a, b, c: m2(w2, c) + m0(w0, a)
+    return lambda CODE, w0, w1, w2, a, b, c: (m2(w2, c) + m0(w0, a)) + m1(w1, b)
 
 
 def _w_class(w):
@@ -213,18 +243,18 @@ def _ol_d3_lr(FORM, x, p, l, r, t):
 
 @overload(_d3_ac)
 def _ol_d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
-    """The vertical pass on the left and right neighbour columns of ``mid`` (FORM_VH)."""
+    """The vertical pass (the first one) on the left and right neighbour columns of ``mid``
+    (FORM_VH)."""
     if not _literal(FORM):
         return None
     f = FORM.literal_value
-    sv = _summer(f, ZV)
-    mv0, mv1, mv2 = (_W_CLASS[(f >> (4 + 2 * t)) & 3] for t in range(3))
+    PV = _pass3(f, ZV, KV_SHIFT, 4, True)
 
     def ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
         ul, ur = _d3_lr(FORM, x, up, l, r, t)
         ml, mr = _d3_lr(FORM, x, mid, l, r, t)
         dl, dr = _d3_lr(FORM, x, dn, l, r, t)
-        return sv(mv0(v0, ul), mv1(v1, ml), mv2(v2, dl)), sv(mv0(v0, ur), mv1(v1, mr), mv2(v2, dr))
+        return _p3(PV, v0, v1, v2, ul, ml, dl), _p3(PV, v0, v1, v2, ur, mr, dr)
 
     return ac
 
@@ -233,95 +263,133 @@ def _ol_d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
 def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
     """One stencil at flat position ``mid`` (rows above/below at ``up``/``dn``, columns at
     offsets ``l``/``r``): FORM_H ``h . x[row, l/c/r]``, FORM_V ``v . x[up/mid/dn, c]``, FORM_VH
-    ``h . (v . x)`` (vertical pass first, as the general engine); ``| ZV`` / ``| ZH``: the
-    vertical / horizontal centre tap is 0; bits 4.. : the weight class of each tap (``_W_CLASS``).
-    Every tap is multiplied, zeros too (SciPy's 1-D passes: a NaN under a 0 tap is NaN)."""
+    ``h . (v . x)`` (vertical pass first), or with HFIRST ``v . (h . x)``: the spec's order;
+    each pass in SciPy's order (:func:`_p3`); ``| ZV`` / ``| ZH``: the vertical / horizontal
+    centre tap is 0; bits 4.. : the weight class of each tap (``_W_CLASS``).  Every tap is
+    multiplied, zeros too (SciPy's 1-D passes: a NaN under a 0 tap is NaN), but under SKIPZ."""
     if not _literal(FORM):
         return None
     f = FORM.literal_value
-    sv, sh = _summer(f, ZV), _summer(f, ZH)
-    mv0, mv1, mv2, mh0, mh1, mh2 = (_W_CLASS[(f >> (4 + 2 * t)) & 3] for t in range(6))
     if f & 3 == FORM_H:
+        PH = _pass3(f, ZH, KH_SHIFT, 10, True)
 
         def h(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
             ml, mr = _d3_lr(FORM, x, mid, l, r, t)
-            return sh(mh0(h0, ml), mh1(h1, _ld(x, mid)), mh2(h2, mr))
+            return _p3(PH, h0, h1, h2, ml, _ld(x, mid), mr)
 
         return h
     if f & 3 == FORM_V:
-        return lambda FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2: sv(
-            mv0(v0, _ld(x, up)), mv1(v1, _ld(x, mid)), mv2(v2, _ld(x, dn)))
+        PV = _pass3(f, ZV, KV_SHIFT, 4, True)
+        return lambda FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2: _p3(
+            PV, v0, v1, v2, _ld(x, up), _ld(x, mid), _ld(x, dn))
+    if f & HFIRST:
+        PH = _pass3(f, ZH, KH_SHIFT, 10, True)
+        PV = _pass3(f, ZV, KV_SHIFT, 4, False)
 
-    if f & ZH and f & SKIPZ:
+        def hv(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
+            ul, ur = _d3_lr(FORM, x, up, l, r, t)
+            ml, mr = _d3_lr(FORM, x, mid, l, r, t)
+            dl, dr = _d3_lr(FORM, x, dn, l, r, t)
+            hu = _p3(PH, h0, h1, h2, ul, _ld(x, up), ur)
+            hm = _p3(PH, h0, h1, h2, ml, _ld(x, mid), mr)
+            hd = _p3(PH, h0, h1, h2, dl, _ld(x, dn), dr)
+            return _p3(PV, v0, v1, v2, hu, hm, hd)
 
-        def vh_skip(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
-            a, c = _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2)
-            return mh0(h0, a) + mh2(h2, c)
-
-        return vh_skip
-
-    if f & ZH:
-
-        def vh_zc(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
-            # The zero centre tap times the centre column's vertical sum would be NaN where that
-            # sum overflows; the general engine (all samples finite: zero taps skipped) and SciPy
-            # (horizontal pass first) stay finite there.  Multiplying the samples instead gives
-            # +-0 for finite ones and NaN for a NaN/inf: the general engine's bits on finite tiles.
-            a, c = _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2)
-            b = (h1 * _ld(x, up) + h1 * _ld(x, mid)) + h1 * _ld(x, dn)
-            return (mh0(h0, a) + mh2(h2, c)) + b
-
-        return vh_zc
+        return hv
+    PV = _pass3(f, ZV, KV_SHIFT, 4, True)
+    PH = _pass3(f, ZH, KH_SHIFT, 10, False)
 
     def vh(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
         a, c = _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2)
-        b = sv(mv0(v0, _ld(x, up)), mv1(v1, _ld(x, mid)), mv2(v2, _ld(x, dn)))
-        return sh(mh0(h0, a), mh1(h1, b), mh2(h2, c))
+        b = _p3(PV, v0, v1, v2, _ld(x, up), _ld(x, mid), _ld(x, dn))
+        return _p3(PH, h0, h1, h2, a, b, c)
 
     return vh
 
 
+@njit(**_JIT)
+def _hyp1(a):
+    """``sqrt(a*a)``, and ``|a|`` where ``a*a`` over/underflows (``prims._hyp2`` for one stencil)."""
+    s = a * a
+    if _mag_flag(s, a != 0) == _expo_all(s) and s == s:
+        return abs(a)
+    return math.sqrt(s)
+
+
 @overload(_d3_out)
-def _ol_d3_out(EPI, K, o, oq, osK, a, b):
-    """The epilogue and the store (``b``: the second stencil, unused when ``K == 1``)."""
-    if not _literal(EPI, K):
+def _ol_d3_out(FORM, EPI, K, o, oq, osK, a, b):
+    """The epilogue and the store (``b``: the second stencil, unused when ``K == 1``).  Returns
+    the magnitude's flag (``prims._mag_flag``: ``_expo_all`` where its sum of squares over- or
+    underflowed; under ``SAFE`` those are rescaled), ``a``'s exponent bits otherwise (unused)."""
+    if not _literal(FORM, EPI, K):
         return None
     epi, k = EPI.literal_value, K.literal_value
+    safe = FORM.literal_value & SAFE
     if k == 1 and epi == EPI_MAG:
-        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, math.sqrt(a * a))
-    if k == 1:
-        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, a)
-    if epi == EPI_MAG:
-        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, math.sqrt(a * a + b * b))
-    if epi == EPI_DIR:
-        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, _atan2(a, b))
-    if epi == EPI_SUM:
-        return lambda EPI, K, o, oq, osK, a, b: _st(o, oq, a + b)
 
-    def stack(EPI, K, o, oq, osK, a, b):
+        def mag1(FORM, EPI, K, o, oq, osK, a, b):
+            s = a * a
+            _st(o, oq, _hyp1(a) if safe else math.sqrt(s))
+            return _mag_flag(s, a != 0)
+
+        return mag1
+    if epi == EPI_MAG:
+
+        def mag2(FORM, EPI, K, o, oq, osK, a, b):
+            s = a * a + b * b
+            _st(o, oq, _hyp2(a, b) if safe else math.sqrt(s))
+            return _mag_flag(s, (a != 0) | (b != 0))
+
+        return mag2
+    if k == 1:
+
+        def one(FORM, EPI, K, o, oq, osK, a, b):
+            _st(o, oq, a)
+            return _expo(a)
+
+        return one
+    if epi == EPI_DIR:
+
+        def dirn(FORM, EPI, K, o, oq, osK, a, b):
+            _st(o, oq, _atan2(a, b))
+            return _expo(a)
+
+        return dirn
+    if epi == EPI_SUM:
+
+        def add(FORM, EPI, K, o, oq, osK, a, b):
+            s = a + b
+            _st(o, oq, s)
+            return _expo(s)
+
+        return add
+
+    def stack(FORM, EPI, K, o, oq, osK, a, b):
         _st(o, oq, a)
         _st(o, oq + osK, b)
+        return _expo(a)
 
     return stack
 
 
 @overload(_d3_pixel)
 def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
-    """Stencil ``F0`` (and ``F1`` if ``K == 2``) at one position, the epilogue, the store."""
+    """Stencil ``F0`` (and ``F1`` if ``K == 2``) at one position, the epilogue, the store;
+    returns ``_d3_out``'s flag."""
     if not _literal(F0, F1, EPI, K):
         return None
     if K.literal_value == 1:
 
         def one(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
             a = _d3_st(F0, x, up, mid, dn, l, r, t, w[0], w[1], w[2], w[3], w[4], w[5])
-            _d3_out(EPI, K, o, oq, osK, a, a)
+            return _d3_out(F0, EPI, K, o, oq, osK, a, a)
 
         return one
 
     def two(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
         a = _d3_st(F0, x, up, mid, dn, l, r, t, w[0], w[1], w[2], w[3], w[4], w[5])
         b = _d3_st(F1, x, up, mid, dn, l, r, t, w[6], w[7], w[8], w[9], w[10], w[11])
-        _d3_out(EPI, K, o, oq, osK, a, b)
+        return _d3_out(F0, EPI, K, o, oq, osK, a, b)
 
     return two
 
@@ -330,17 +398,20 @@ def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
 def _ol_d3_span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
     """Positions ``a .. b-1`` of a run (left/right neighbours at -1/+1), stored at ``o[oq + q]``:
     the vectorised loop.  With ``SKIPZ`` in ``F0`` it returns the max of ``e`` and ``_expo``
-    over the centre samples it read; with ``EDGE`` or ``MIRR``, ``T[tq + q]`` is the column
+    over the centre samples it read, and for the magnitude of its flags too (``_d3_out``); with ``EDGE`` or ``MIRR``, ``T[tq + q]`` is the column
     class of position ``q`` (``_d3_lr``)."""
     if not _literal(F0, F1, EPI, K):
         return None
-    check = F0.literal_value & SKIPZ
+    check = F0.literal_value & SKIPZ and not F0.literal_value & SQONLY
     folds = F0.literal_value & (EDGE | MIRR)
+    magc = EPI.literal_value == EPI_MAG
 
     def span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
         for q in range(a, b):
             t = T[tq + q] if folds else 0
-            _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
+            fl = _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
+            if magc:
+                e = max(e, fl)
             if check:
                 e = max(e, _expo(_ld(x, mid + q)))
         return e
@@ -359,8 +430,9 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
         return None
     k2 = K.literal_value == 2 and EPI.literal_value == EPI_STACK
     stream = F0.literal_value & STREAM
-    check = F0.literal_value & SKIPZ
+    check = F0.literal_value & SKIPZ and not F0.literal_value & SQONLY
     folds = F0.literal_value & (EDGE | MIRR)
+    magc = EPI.literal_value == EPI_MAG
 
     def run_stream(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp):
         line = _line(x)
@@ -393,7 +465,9 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
             # the first gradient_magnitude call)
             for q in range(c, min(c + ch, n)):
                 t = T[tq + q] if folds else 0
-                _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
+                fl = _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
+                if magc:
+                    e = max(e, fl)
                 if check:
                     e = max(e, _expo(_ld(x, mid + q)))
         return e
@@ -404,7 +478,8 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
 @overload(_d3_row)
 def _ol_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1):
     """Row ``i`` outside the interior run: the whole row if it is the first or last (the row
-    fold), and its column 0 / W-1 if ``c0`` / ``c1`` (the column fold)."""
+    fold), and its column 0 / W-1 if ``c0`` / ``c1`` (the column fold).  Returns the max of the
+    magnitude's flags (``_d3_out``; and of exponents: ``_expo_all`` only where one is inf/NaN)."""
     if not _literal(F0, F1, EPI, K):
         return None
 
@@ -413,13 +488,17 @@ def _ol_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T
         dn = xb + (i + 1 if i < H - 1 else fy1) * W
         mid = xb + i * W
         oi = ob + i * W
+        e = _expo(_ld(x, mid))
         if (i == 0 or i == H - 1) and W > 2:
-            _d3_run(F0, F1, EPI, K, o, oi + 1, osK, x, up + 1, mid + 1, dn + 1, W - 2, T, 0, w, 0, o)
+            e = _d3_run(F0, F1, EPI, K, o, oi + 1, osK, x, up + 1, mid + 1, dn + 1, W - 2, T, 0, w, 0, o)
         if c0:
-            _d3_pixel(F0, F1, EPI, K, o, oi, osK, x, up, mid, dn, dl0, np.int64(1) if W > 1 else dr1, 0, w)
+            e = max(e, _d3_pixel(F0, F1, EPI, K, o, oi, osK, x, up, mid, dn, dl0, np.int64(1) if W > 1 else dr1, 0,
+                                 w))
         if c1 and W > 1:
-            e = W - 1
-            _d3_pixel(F0, F1, EPI, K, o, oi + e, osK, x, up + e, mid + e, dn + e, np.int64(-1), dr1, 0, w)
+            j = W - 1
+            e = max(e, _d3_pixel(F0, F1, EPI, K, o, oi + j, osK, x, up + j, mid + j, dn + j, np.int64(-1), dr1, 0,
+                                 w))
+        return e
 
     return row
 
@@ -471,6 +550,15 @@ _STREAM_BYTES = _llc_bytes()
 _STREAM_MIN_W = 256
 
 
+def _sq_only(forms):
+    """Whether a stencil of ``forms`` reads both horizontal neighbours with non-zero weights (then
+    a magnitude run may check its sums of squares instead of its samples: ``SQONLY``)."""
+    for f in forms:
+        if f & 3 == FORM_H or (f & 3 == FORM_VH and not f & ZV):
+            return True
+    return False
+
+
 def _d3_kernel(FORMS, EPI, FOLD, STRM):
     """The direct kernel for one or two stencils of the given forms and one epilogue, built
     (and compiled) on first use.  Its closure holds only integers (the disk cache keys on
@@ -489,11 +577,19 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
     # zero centre taps are left out of the interior run when its samples are all finite (the
     # check: one integer max-reduction over the rows it reads); not for the direction, whose
     # atan2 tells the signs of zero apart
-    SKIP = EPI != EPI_DIR and any(f & (ZV | ZH) for f in FORMS)
-    S0 = F0 | SKIPZ | FOLD | STRM
+    # (and only for the magnitude, which squares away the signs of zero that the zero centre
+    # taps decide: the derivatives and the direction keep SciPy's; the magnitude's run always
+    # checks, its sums of squares too: a rerun rescales them, ``SAFE``)
+    SKIP = EPI == EPI_MAG
+    MAGK = EPI == EPI_MAG
+    SF = SAFE if MAGK else 0
+    SQ = SQONLY if MAGK and _sq_only(FORMS) else 0
+    S0 = F0 | SKIPZ | FOLD | STRM | SQ
     S1 = F1 | SKIPZ | FOLD
-    R0 = F0 | FOLD | STRM
-    R1 = F1 | FOLD
+    R0 = F0 | FOLD | STRM | SF
+    R1 = F1 | FOLD | SF
+    G0 = F0 | SF  # the rows again, where their magnitude flagged a pixel
+    G1 = F1 | SF
     CHB = _D3_STREAM_CHUNK * 64 + 64 if STRM else 0
 
     @njit(**_JIT)
@@ -512,6 +608,7 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
         L = _ptr(La.ctypes.data, La[0])
         T = _ptr(Ta.ctypes.data, Ta[0])
         line = _line(o)
+        eall = _expo_all(w[0])
         omis = (oa // (64 // line)) % line
         buf = np.empty(CHB, np.uint8)  # STREAM: the line buffer, from its first 64-byte boundary
         bp = _ptr((buf.ctypes.data + 63) // 64 * 64, carrier)
@@ -552,8 +649,9 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
                         e = _d3_run(S0, S1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T,
                                     tq, w, omis, bp)
                         e = max(e, _expo_max(x, xb + (ia - 1) * W, W), _expo_max(x, xb + ib * W, W),
-                                _expo(_ld(x, xb + q0 - 1)), _expo(_ld(x, xb + q0 + n)))
-                    if not SKIP or e == _expo_all(w[0]):
+                                _expo(_ld(x, xb + q0 - 1)), _expo(_ld(x, xb + q0 + n)), _expo(_ld(x, xb + q0)),
+                                _expo(_ld(x, xb + q0 + n - 1)))
+                    if not SKIP or e == eall:
                         if STRM and SKIP:
                             _fence()  # (the rerun stores over the first run's)
                         _d3_run(R0, R1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T, tq, w,
@@ -562,16 +660,27 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
                 # under FOLD only where the run did not go: its first and last position)
                 if FOLD != 0 and run:
                     for i in range(ra, ia):
-                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
+                        if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True,
+                                   True) == eall and MAGK:
+                            _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
                     for i in range(ib, rb):
-                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
-                    _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, ia, H, W, fy0, fy1, dl0, dr1, T, w, True, False)
-                    _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, ib - 1, H, W, fy0, fy1, dl0, dr1, T, w, False, True)
+                        if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True,
+                                   True) == eall and MAGK:
+                            _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
+                    if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, ia, H, W, fy0, fy1, dl0, dr1, T, w, True,
+                               False) == eall and MAGK:
+                        _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, ia, H, W, fy0, fy1, dl0, dr1, T, w, True, False)
+                    if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, ib - 1, H, W, fy0, fy1, dl0, dr1, T, w, False,
+                               True) == eall and MAGK:
+                        _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, ib - 1, H, W, fy0, fy1, dl0, dr1, T, w, False,
+                                True)
                 else:
                     if STRM and run:
                         _fence()  # (the border columns are stored over the run's)
                     for i in range(ra, rb):
-                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
+                        if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True,
+                                   True) == eall and MAGK:
+                            _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
         if STRM:
             _fence()  # the non-temporal stores are visible to the thread that returns the output
         return F.size + Da.size + La.size + Ta.size + buf.size
@@ -581,10 +690,11 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
 
 
 
-def _d3_form(vt, ht, dt):
+def _d3_form(vt, ht, dt, passes=()):
     """(form, [v0, v1, v2, h0, h1, h2]) of a normalised stencil the direct path runs, else None:
-    1-D passes of three taps at offsets -1, 0, 1, none zero or only the centre one (the general
-    engine sums non-zero taps first; the direct path keeps that order)."""
+    1-D passes of three taps at offsets -1, 0, 1, none zero or only the centre one; the form
+    carries each pass's kind (``_lowering.pass_kind``: its order of summation) and, for two
+    passes, which one the spec runs first (``HFIRST``)."""
 
     def three(taps, axis):
         w = {t[axis]: t[2] for t in taps}
@@ -594,13 +704,19 @@ def _d3_form(vt, ht, dt):
             return None
         return [w[-1], w[0], w[1]]
 
+    def kcode(w):
+        k = pass_kind(tuple(w))
+        return KSYM if k == SYM else (KANTI if k == ANTI else 0)
+
     def code(base, w):
         c = base | (ZV if w[1] == 0.0 else 0) | (ZH if w[4] == 0.0 else 0)
+        c |= (kcode(w[:3]) << KV_SHIFT) | (kcode(w[3:]) << KH_SHIFT)
         return c | sum(_w_class(wt) << (4 + 2 * t) for t, wt in enumerate(w)), w
 
     if vt and ht:
         v, h = three(vt, 0), three(ht, 1)
-        return None if v is None or h is None else code(FORM_VH, v + h)
+        hfirst = HFIRST if passes and passes[0].axis == -1 else 0
+        return None if v is None or h is None else code(FORM_VH | hfirst, v + h)
     v, h = three(dt, 0), three(dt, 1)
     if h is not None:
         return code(FORM_H, [0.0, 1.0, 0.0] + h)  # unused vertical taps (a non-zero centre: no ZV)
@@ -618,7 +734,7 @@ def _d3_plan(info, H, W, N, nthreads, itemsize, aligned):
     if hit is not None and hit[0] is info:
         return hit[1]
     norm, epi, mode = info.norm, info.epi, info.mode
-    forms = [_d3_form(vt, ht, dt) for vt, ht, dt, _ in norm]
+    forms = [_d3_form(vt, ht, dt, passes) for vt, ht, dt, passes in norm]
     plan = None
     if epi in (EPI_STACK, EPI_MAG, EPI_DIR, EPI_SUM) and mode != "constant" and len(forms) in (1, 2) and all(forms):
         fy = _fold(H, -1, H + 2, mode)

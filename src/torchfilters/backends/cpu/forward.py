@@ -36,11 +36,11 @@ import math
 import numpy as np
 from numba import njit
 
-from .prims import _JIT, _cvt, _ld, _line, _prefetch_r, _prefetch_w, _ptr, _st
+from .prims import _JIT, _cvt, _expo, _expo_all, _hyp2, _ld, _line, _mag_flag, _prefetch_r, _prefetch_w, _ptr, _st
 from .tables import (
     EPI_DIR, EPI_MAG, EPI_NORM, EPI_STACK, EPI_SUM, F_CVAL, F_ONE, F_TAPS, F_THR, F_ZERO, I_BI0, I_BI1, I_BJ0, I_BJ1,
     I_BR, I_CW, I_EPI, I_EXHI, I_EXLO, I_EYHI, I_EYLO, I_FH, I_FW, I_H, I_K, I_KEEPB, I_MP, I_NB, I_NC, I_PAD,
-    I_ST, I_TAPI, I_W, L_N, R_M, R_O, R_X, ST_LEN, _poff,
+    I_ST, I_TAPI, I_W, L_N, R_M, R_O, R_X, ST_LEN, ST_NPH, _poff,
 )
 
 # =============================================================================
@@ -107,6 +107,118 @@ def _pass(d, d0, s, s0, n, P, Fc, t0, nt, sy, cy, sx, cx, W, acc):
                             d[d0 + q] = (w0 * s[a0 + q] + w1 * s[a1 + q]) + (w2 * s[a2 + q] + w3 * s[a3 + q])
         acc = True
         t += g
+
+
+@njit(**_JIT)
+def _spass(d, d0, s, s0, n, P, Fc, t0, nt, kind, sy, cy, sx, cx, W):
+    """``d[d0 + q] = `` one 1-D pass of a ``sep`` stencil at ``s[s0 + q + o]`` (``o`` as in
+    :func:`_pass`), summed in SciPy's order (``NI_Correlate1D``): ``kind`` 0 (general): the
+    last tap, then the others in order; 1 / -1 ((anti)symmetric): the centre tap, then
+    ``(x[left] +- x[right]) * w[left]`` for each pair from the outermost in (``tables.ST_LEN``
+    orders the taps so).  Every tap multiplies, zeros too; two terms per loop, added one after
+    the other (``a - b`` is ``a + -1*b``: the same bits)."""
+    ti = P[I_TAPI]
+    a0 = s0 + (sy * P[ti + 2 * t0] + cy) * W + sx * P[ti + 2 * t0 + 1] + cx
+    w0 = Fc[F_TAPS + t0]
+    sg = Fc[F_ONE] if kind >= 0 else -Fc[F_ONE]
+    step = 1 if kind == 0 else 2
+    nitem = (nt - 1) // step
+    if nitem == 0:
+        for q in range(n):
+            d[d0 + q] = w0 * s[a0 + q]
+        return
+    i = 0
+    while i < nitem:
+        g = min(2, nitem - i)
+        k = t0 + 1 + i * step
+        a1 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
+        w1 = Fc[F_TAPS + k]
+        b1 = a1
+        if step == 2:
+            b1 = s0 + (sy * P[ti + 2 * k + 2] + cy) * W + sx * P[ti + 2 * k + 3] + cx
+        a2 = a1
+        b2 = a1
+        w2 = w1
+        if g == 2:
+            k += step
+            a2 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
+            w2 = Fc[F_TAPS + k]
+            b2 = a2
+            if step == 2:
+                b2 = s0 + (sy * P[ti + 2 * k + 2] + cy) * W + sx * P[ti + 2 * k + 3] + cx
+        first = i == 0
+        if step == 1:
+            if g == 1:
+                if first:
+                    for q in range(n):
+                        d[d0 + q] = w0 * s[a0 + q] + w1 * s[a1 + q]
+                else:
+                    for q in range(n):
+                        d[d0 + q] = d[d0 + q] + w1 * s[a1 + q]
+            else:
+                if first:
+                    for q in range(n):
+                        d[d0 + q] = (w0 * s[a0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
+                else:
+                    for q in range(n):
+                        d[d0 + q] = (d[d0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
+        else:
+            if g == 1:
+                if first:
+                    for q in range(n):
+                        d[d0 + q] = w0 * s[a0 + q] + (s[a1 + q] + sg * s[b1 + q]) * w1
+                else:
+                    for q in range(n):
+                        d[d0 + q] = d[d0 + q] + (s[a1 + q] + sg * s[b1 + q]) * w1
+            else:
+                if first:
+                    for q in range(n):
+                        d[d0 + q] = (w0 * s[a0 + q] + (s[a1 + q] + sg * s[b1 + q]) * w1) + (
+                            s[a2 + q] + sg * s[b2 + q]) * w2
+                else:
+                    for q in range(n):
+                        d[d0 + q] = (d[d0 + q] + (s[a1 + q] + sg * s[b1 + q]) * w1) + (s[a2 + q] + sg * s[b2 + q]) * w2
+        i += g
+
+
+@njit(**_JIT)
+def _sconst(v, t0, nt, kind, P, Fc):
+    """:func:`_spass` on samples all equal to ``v`` (a column outside the image)."""
+    sg = Fc[F_ONE] if kind >= 0 else -Fc[F_ONE]
+    acc = Fc[F_TAPS + t0] * v
+    if kind == 0:
+        for t in range(1, nt):
+            acc = acc + Fc[F_TAPS + t0 + t] * v
+    else:
+        for t in range(1, nt, 2):
+            acc = acc + (v + sg * v) * Fc[F_TAPS + t0 + t]
+    return acc
+
+
+@njit(**_JIT)
+def _hfix(dst, dst0, src, src0, nrows, j, t0, nt, kind, fx, P, Fc):
+    """Column ``j`` of a horizontal pass (entries ``t0 ..``, :func:`_spass`'s order) on ``nrows``
+    rows of a flat buffer (row stride W): ``dst[dst0 + r*W + j]`` from
+    ``src[src0 + r*W + fold(j + dx)]``, ``fx`` where the fold leaves the image (constant mode)."""
+    W = P[I_W]
+    fw = P[I_FW] - P[I_EXLO] + j
+    ti = P[I_TAPI] + 2 * t0 + 1
+    sg = Fc[F_ONE] if kind >= 0 else -Fc[F_ONE]
+    w0 = Fc[F_TAPS + t0]
+    c0 = P[fw + P[ti]]
+    for r in range(nrows):
+        b = src0 + r * W
+        acc = w0 * (src[b + c0] if c0 >= 0 else fx)
+        if kind == 0:
+            for t in range(1, nt):
+                c = P[fw + P[ti + 2 * t]]
+                acc = acc + Fc[F_TAPS + t0 + t] * (src[b + c] if c >= 0 else fx)
+        else:
+            for t in range(1, nt, 2):
+                c = P[fw + P[ti + 2 * t]]
+                e = P[fw + P[ti + 2 * t + 2]]
+                acc = acc + ((src[b + c] if c >= 0 else fx) + sg * (src[b + e] if e >= 0 else fx)) * Fc[F_TAPS + t0 + t]
+        dst[dst0 + r * W + j] = acc
 
 
 # =============================================================================
@@ -326,12 +438,36 @@ def _engine(R, R0, RL, S, S0, V, V0, x, L, p0, mp, sH, sW, m, hasm, msH, msW, th
         nV = P[d]
         nH = P[d + 2]
         rk = R0 + k * RL
-        if nV > 0 and nH > 0:
+        nph = P[d + ST_NPH]
+        if nph > 0:  # sep: the passes in the spec's order, each in SciPy's order
+            ax1, kd1, nt1, t1 = P[d + ST_NPH + 1], P[d + ST_NPH + 2], P[d + ST_NPH + 3], P[d + ST_NPH + 4]
+            nfix = P[d + 8]
+            if nph == 1:  # (offsets as the one-phase taps': rows from -EYlo, columns from cx)
+                _spass(R, rk, S, S0, n, P, Fc, t1, nt1, kd1, ONE, -EYlo, ONE, cx, Ws)
+                if ax1 == -1:
+                    for f in range(nfix):
+                        _hfix(R, rk, S, S0 + g - EYlo * W, ntot, P[P[d + 9] + f], t1, nt1, kd1, fill, P, Fc)
+            else:
+                kd2, nt2, t2 = P[d + ST_NPH + 6], P[d + ST_NPH + 7], P[d + ST_NPH + 8]
+                if ax1 == -2:  # vertical first (on the columns the horizontal pass reads)
+                    _spass(V, V0, S, S0, n + 2 * g, P, Fc, t1, nt1, kd1, ONE, -EYlo, ZERO, ZERO, Ws)
+                    _spass(R, rk, V, V0, n, P, Fc, t2, nt2, kd2, ZERO, ZERO, ONE, cx, Ws)
+                    if nfix > 0:
+                        fx = _sconst(fill, t1, nt1, kd1, P, Fc)  # a column outside, vertical pass
+                        for f in range(nfix):
+                            _hfix(R, rk, V, V0 + g, ntot, P[P[d + 9] + f], t2, nt2, kd2, fx, P, Fc)
+                else:  # horizontal first (on every tile row), then vertical
+                    _spass(V, V0, S, S0, (ntot + ey) * Ws, P, Fc, t1, nt1, kd1, ZERO, ZERO, ONE, cx, Ws)
+                    for f in range(nfix):
+                        _hfix(V, V0, S, S0 + g, ntot + ey, P[P[d + 9] + f], t1, nt1, kd1, fill, P, Fc)
+                    _spass(R, rk, V, V0, n, P, Fc, t2, nt2, kd2, ONE, -EYlo, ZERO, ZERO, Ws)
+        elif nV > 0 and nH > 0:
             _pass(V, V0, S, S0, n + 2 * g, P, Fc, P[d + 1], P[d + 10] if fin else nV, ONE, -EYlo, ZERO, ZERO, Ws, NO)
             _pass(R, rk, V, V0, n, P, Fc, P[d + 3], P[d + 11] if fin else nH, ZERO, ZERO, ONE, cx, Ws, NO)
         else:
             _pass(R, rk, S, S0, n, P, Fc, P[d + 5], P[d + 12] if fin else P[d + 4], ONE, -EYlo, ONE, cx, Ws, NO)
-        _fixcols(R, rk, S, S0, V, V0, d, ntot, fill, fin, P, Fc)
+        if nph == 0:
+            _fixcols(R, rk, S, S0, V, V0, d, ntot, fill, fin, P, Fc)
         ck = P[d + 6]
         if ck != 0 and srcmode == 0:
             c0f = P[d + 7]
@@ -474,6 +610,36 @@ def _item(P, L, it):
     return p, min(MP, L[L_N] - p), ra, min(H, ra + BR), c0, min(W - c0, CW)
 
 
+@njit(**_JIT)
+def _mag_fix(o, orow, osW, B, q, RL, K, sl):
+    """The magnitudes of a segment again, rescaled where the sum of squares over/underflowed
+    (``reference._scaled``'s formula: ``m * sqrt(sum (y_k/m)**2)``, ``m = max |y_k|``)."""
+    for j in range(sl):
+        a = B[q + j]
+        if K == 2:
+            _st(o, orow + j * osW, _hyp2(a, B[q + RL + j]))
+            continue
+        s = a * a
+        nz = a != 0
+        m = abs(a)
+        for k in range(1, K):
+            b = B[q + k * RL + j]
+            s += b * b
+            nz |= b != 0
+            m = max(m, abs(b))
+        if _mag_flag(s, nz) != _expo_all(s) or (s != s):
+            continue
+        if m == np.inf:
+            _st(o, orow + j * osW, m)
+            continue
+        t = a / m
+        r = t * t
+        for k in range(1, K):
+            t = B[q + k * RL + j] / m
+            r += t * t
+        _st(o, orow + j * osW, m * math.sqrt(r))
+
+
 def _make_filter_fwd(EPI):
     """The forward kernel for one epilogue (a constant: the first call compiles only its code)."""
 
@@ -491,6 +657,7 @@ def _make_filter_fwd(EPI):
         W = P[I_W]
         K = P[I_K]
         epi = EPI
+        fl_ref = Fc[F_ZERO]
         Ws, S0, V0, R0, RL, total = _fwd_layout(P, K, P[I_BR])
         buf = np.empty(total, Fa32.dtype)
         B = _ptr(buf.ctypes.data, Fc[0])
@@ -528,19 +695,27 @@ def _make_filter_fwd(EPI):
                             s += B[q + k * RL + j]
                         _st(o, orow + j * osW, s)
                 elif epi == EPI_MAG:
+                    fl = _expo(Fc[F_ZERO])
                     if K == 2 and osW == 1:
                         for j in range(sl):
                             a = B[q + j]
                             b = B[q + RL + j]
-                            _st(o, orow + j, math.sqrt(a * a + b * b))
+                            s = a * a + b * b
+                            _st(o, orow + j, math.sqrt(s))
+                            fl = max(fl, _mag_flag(s, (a != 0) | (b != 0)))
                     else:
                         for j in range(sl):
                             a = B[q + j]
                             s = a * a
+                            nz = a != 0
                             for k in range(1, K):
                                 b = B[q + k * RL + j]
                                 s += b * b
+                                nz |= b != 0
                             _st(o, orow + j * osW, math.sqrt(s))
+                            fl = max(fl, _mag_flag(s, nz))
+                    if fl == _expo_all(fl_ref):  # (rare) sums of squares that over/underflowed
+                        _mag_fix(o, orow, osW, B, q, RL, K, sl)
                 else:  # direction: atan2(y0, y1)
                     for j in range(sl):
                         _st(o, orow + j * osW, _atan2(B[q + j], B[q + RL + j]))

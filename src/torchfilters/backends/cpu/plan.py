@@ -12,6 +12,7 @@ import torch
 
 from ..._spec import FilterSpec
 from .. import reference
+from .._lowering import pass_entries
 from .._layout import collapse_planes
 from .tables import (
     EPI_BLEND, EPI_DIR, EPI_MAG, EPI_NORM, EPI_STACK, EPI_SUM, F_TAPS, I_BI0, I_BI1, I_BJ0, I_BJ1, I_BR, I_BX, I_CONST,
@@ -106,6 +107,19 @@ def _norm_stencil(st):
     if ht == [(0, 0, 1.0)]:
         return Norm([], [], vt, passes)
     return Norm(vt, ht, [], passes)
+
+
+def _fwd_passes(passes):
+    """The forward's 1-D passes of a ``sep`` stencil, in the spec's order (unit passes left out:
+    ``x * 1.0`` is ``x``): ``(axis, kind, taps)``, the taps ``(dy, dx, w)`` in SciPy's order of
+    summation (``_lowering.pass_entries``, ``tables.ST_LEN``)."""
+    out = []
+    for p in passes:
+        if p.taps == (1.0,):
+            continue
+        kind, ent = pass_entries(p)
+        out.append((p.axis, kind, [(o, 0, w) if p.axis == -2 else (0, o, w) for o, w in ent]))
+    return out
 
 
 def _info(spec):
@@ -214,7 +228,8 @@ def _plan(info, H, W, blocking):
     fh = _fold(H, eylo, H + ey, mode)
     fw = _fold(W, exlo, Wp, mode)
     taps_i, taps_w, corr_f, st, fix = [], [], [], [], []
-    ntaps = sum(len(vt) + len(ht) + len(dt) for vt, ht, dt, _ in norm)
+    fwd = [_fwd_passes(passes) for _vt, _ht, _dt, passes in norm]
+    ntaps = sum(len(vt) + len(ht) + len(dt) for vt, ht, dt, _ in norm) + sum(len(t) for ph in fwd for *_h, t in ph)
     f_corr0 = F_TAPS + ntaps
     p_fix0 = I_HDR + len(fh) + len(fw) + ST_LEN * K + 2 * ntaps
     bcols = set()
@@ -236,6 +251,15 @@ def _plan(info, H, W, blocking):
         d += [len(cols), p_fix0 + len(fix)]
         d += [sum(1 for t in lst if t[2] != 0.0) for lst in (vt, ht, dt)]
         fix += cols
+        phases = fwd[len(st) // ST_LEN]
+        d += [len(phases)]
+        for axis, kind, lst in phases:
+            d += [axis, kind, len(lst), len(taps_w)]
+            for dy, dx, w in lst:
+                taps_i += [dy, dx]
+                taps_w.append(w)
+        d += [0, 0, 0, 0] * (2 - len(phases))
+        assert len(d) == ST_LEN
         bcols.update(j for j in range(W) if j - hi < 0 or j - lo > W - 1)
         st += d
     # backward border columns: those whose adjoint reads outside the image, and

@@ -12,6 +12,8 @@ each compiled lazily once per storage dtype.
 from __future__ import annotations
 
 
+import math
+
 import numpy as np
 import torch
 from llvmlite import ir
@@ -110,6 +112,42 @@ def _sel(typingctx, c, a, b):
         return builder.select(cond, args[1], args[2])
 
     return sig, codegen
+
+
+@njit(inline="always", **_JIT)
+def _mag_flag(s, nz):
+    """``_expo_all(s)`` where ``sqrt(s)`` (``s`` a sum of squares) is not the magnitude -- ``s``
+    overflowed (or is NaN), or underflowed to 0 or a subnormal while a component is not 0
+    (``nz``) -- else at most ``s``'s exponent bits: an integer max-reduction of it vectorises,
+    the rescaled pixels (:func:`_hyp2`) are redone after the loop when it reaches ``_expo_all``."""
+    e = _expo(s)
+    return _sel((e == 0) & nz, _expo_all(s), e)
+
+
+@njit(**_JIT)
+def _hyp2(a, b):
+    """``sqrt(a*a + b*b)``, and where that over/underflows ``m * sqrt((a/m)**2 + (b/m)**2)``,
+    ``m = max(|a|, |b|)`` (the reference's formula: ``reference._scaled``)."""
+    s = a * a + b * b
+    e = _expo(s)
+    if not ((e == _expo_all(s) and s == s) or (e == 0 and (a != 0 or b != 0))):
+        return math.sqrt(s)
+    m = max(abs(a), abs(b))
+    if m == np.inf:
+        return m
+    ta = a / m
+    tb = b / m
+    return m * math.sqrt(ta * ta + tb * tb)
+
+
+@njit(**_JIT)
+def _hyp2_vjp(g, a, b):
+    """``(g*a/|y|, g*b/|y|)`` for a rescaled pixel (:func:`_hyp2`): ``g * (a/m) / sqrt(...)``."""
+    m = max(abs(a), abs(b))
+    ta = a / m
+    tb = b / m
+    sc = g / math.sqrt(ta * ta + tb * tb)
+    return sc * ta, sc * tb
 
 
 @njit(**_JIT)

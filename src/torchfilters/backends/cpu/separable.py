@@ -22,8 +22,10 @@ Per work item (a few whole planes, or a block of rows of one column strip of a l
   converts the dtype or scatters a strided row).
 
 NaN and inf follow SciPy's 1-D passes: every tap multiplies (a zero tap too), each pass pads
-its own input.  Values beyond half the largest finite float may overflow where SciPy's
-float64 sum does not (the folded pair ``x[i-k] + x[i+k]`` is summed first).
+its own input.  Each pass sums in SciPy's order (``NI_Correlate1D``: ``x[i]*w[0]``, then
+``(x[i-k] + x[i+k]) * w[k]`` for ``k = r .. 1``, each product rounded before its sum: no fused
+multiply-add), the vertical pass first (the spec's first pass: :func:`sep_info`), so float64
+results are SciPy's bit for bit (taps folded onto a small image's period aside).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from numba.extending import overload
 from ..._spec import FilterSpec
 from .plan import _small
 from .prims import _JIT, _cvt, _fence, _ld, _line, _prefetch_r, _ptr, _st
-from .simd import VBYTES, _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vrev, _vsplat, _vst, _vstm, _vstnt, _vtaps2, _vwts
+from .simd import VBYTES, _vadd, _vld, _vldm, _vmul, _vnz, _vrev, _vsplat, _vst, _vstm, _vstnt, _vtaps2, _vwts
 from .tables import L_N, R_O, R_X, _poff
 
 # =============================================================================
@@ -89,7 +91,9 @@ def sep_info(spec):
         axes = [p.axis for p in passes]
         if 1 <= len(passes) <= 2 and len(set(axes)) == len(axes) and set(axes) <= {-2, -1}:
             # sequential constant mode: the vertical pass runs first (it must be the first pass)
-            ordered = not (spec.mode == "constant" and spec.cval != 0.0 and axes[0] != -2 and len(axes) == 2)
+            # the vertical pass runs first: it must be the spec's first (SciPy's order of the
+            # passes: rounding, and in constant mode the sequential padding)
+            ordered = axes[0] == -2 or len(axes) == 1
             half = {p.axis: _half(p) for p in passes}
             if ordered and all(h is not None for h in half.values()):
                 info = (half.get(-2, (1.0,)), half.get(-1, (1.0,)), spec.mode, float(spec.cval))
@@ -303,26 +307,40 @@ def _vblock(V, v0, VS, rows, m0, s0, n, w, r, L, fz):
     a5 = _vmul(w0, x5)
     a6 = _vmul(w0, x6)
     a7 = _vmul(w0, x7)
-    # l_t = x[m0 + t - k], u_t = x[m0 + t + k]
-    l0 = _ldv(_ptr(rows[m0 - 1], fz), s0, n, L)
-    l1, l2, l3, l4, l5, l6, l7 = x0, x1, x2, x3, x4, x5, x6
-    u0, u1, u2, u3, u4, u5, u6 = x1, x2, x3, x4, x5, x6, x7
-    u7 = _ldv(_ptr(rows[m0 + 8], fz), s0, n, L)
-    for k in range(1, r + 1):
-        if k > 1:
-            l7, l6, l5, l4, l3, l2, l1 = l6, l5, l4, l3, l2, l1, l0
-            l0 = _ldv(_ptr(rows[m0 - k], fz), s0, n, L)
-            u0, u1, u2, u3, u4, u5, u6 = u1, u2, u3, u4, u5, u6, u7
-            u7 = _ldv(_ptr(rows[m0 + 7 + k], fz), s0, n, L)
-        wk = _vsplat(w, k)
-        a0 = _vfma(wk, _vadd(l0, u0), a0)
-        a1 = _vfma(wk, _vadd(l1, u1), a1)
-        a2 = _vfma(wk, _vadd(l2, u2), a2)
-        a3 = _vfma(wk, _vadd(l3, u3), a3)
-        a4 = _vfma(wk, _vadd(l4, u4), a4)
-        a5 = _vfma(wk, _vadd(l5, u5), a5)
-        a6 = _vfma(wk, _vadd(l6, u6), a6)
-        a7 = _vfma(wk, _vadd(l7, u7), a7)
+    if r > 0:
+        # SciPy's order: the pairs from the outermost in (k = r .. 1), each added after its
+        # product (no fused multiply-add).  l_t = x[m0 + t - k], u_t = x[m0 + t + k]
+        l0 = _ldv(_ptr(rows[m0 - r], fz), s0, n, L)
+        l1 = _ldv(_ptr(rows[m0 + 1 - r], fz), s0, n, L)
+        l2 = _ldv(_ptr(rows[m0 + 2 - r], fz), s0, n, L)
+        l3 = _ldv(_ptr(rows[m0 + 3 - r], fz), s0, n, L)
+        l4 = _ldv(_ptr(rows[m0 + 4 - r], fz), s0, n, L)
+        l5 = _ldv(_ptr(rows[m0 + 5 - r], fz), s0, n, L)
+        l6 = _ldv(_ptr(rows[m0 + 6 - r], fz), s0, n, L)
+        l7 = _ldv(_ptr(rows[m0 + 7 - r], fz), s0, n, L)
+        u0 = _ldv(_ptr(rows[m0 + r], fz), s0, n, L)
+        u1 = _ldv(_ptr(rows[m0 + 1 + r], fz), s0, n, L)
+        u2 = _ldv(_ptr(rows[m0 + 2 + r], fz), s0, n, L)
+        u3 = _ldv(_ptr(rows[m0 + 3 + r], fz), s0, n, L)
+        u4 = _ldv(_ptr(rows[m0 + 4 + r], fz), s0, n, L)
+        u5 = _ldv(_ptr(rows[m0 + 5 + r], fz), s0, n, L)
+        u6 = _ldv(_ptr(rows[m0 + 6 + r], fz), s0, n, L)
+        u7 = _ldv(_ptr(rows[m0 + 7 + r], fz), s0, n, L)
+        for k in range(r, 0, -1):
+            if k < r:
+                l0, l1, l2, l3, l4, l5, l6 = l1, l2, l3, l4, l5, l6, l7
+                l7 = _ldv(_ptr(rows[m0 + 7 - k], fz), s0, n, L)
+                u7, u6, u5, u4, u3, u2, u1 = u6, u5, u4, u3, u2, u1, u0
+                u0 = _ldv(_ptr(rows[m0 + k], fz), s0, n, L)
+            wk = _vsplat(w, k)
+            a0 = _vadd(a0, _vmul(_vadd(l0, u0), wk))
+            a1 = _vadd(a1, _vmul(_vadd(l1, u1), wk))
+            a2 = _vadd(a2, _vmul(_vadd(l2, u2), wk))
+            a3 = _vadd(a3, _vmul(_vadd(l3, u3), wk))
+            a4 = _vadd(a4, _vmul(_vadd(l4, u4), wk))
+            a5 = _vadd(a5, _vmul(_vadd(l5, u5), wk))
+            a6 = _vadd(a6, _vmul(_vadd(l6, u6), wk))
+            a7 = _vadd(a7, _vmul(_vadd(l7, u7), wk))
     _stv(V, v0, a0, n, L)
     _stv(V, v0 + VS, a1, n, L)
     _stv(V, v0 + 2 * VS, a2, n, L)
@@ -350,12 +368,12 @@ def _hpair(O, oq, V, q, n, w0, nz, WT, w, r, L, hoisted, nt):
     b1 = nz
     if hoisted:
         a0, a1, b0, b1 = _vtaps2(a0, a1, b0, b1, _vld(V, q - L), _vld(V, q), _vld(V, q + L), V, q, WT, 0, r)
-    else:
-        k0 = 0
-        while k0 < r:
+    else:  # the chunks of taps from the outermost in (SciPy's order)
+        k0 = (r - 1) // L * L
+        while k0 >= 0:
             a0, a1, b0, b1 = _vtaps2(a0, a1, b0, b1, _vld(V, q - k0 - L), _vld(V, q - k0), _vld(V, q - k0 + L),
                                      V, q, _vwts(w, k0), k0, r)
-            k0 += L
+            k0 -= L
     _stv_out(O, oq, _vadd(a0, a1), n, L, nt)
     if n > L:
         _stv_out(O, oq + L, _vadd(b0, b1), n - L, L, nt)

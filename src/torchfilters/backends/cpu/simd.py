@@ -263,35 +263,46 @@ def _vwts(typingctx, w, k0):
 
 @intrinsic
 def _vtaps2(typingctx, a0, a1, b0, b1, A, B, C, s, q, WT, k0, r):
-    """Horizontal taps ``k = k0+1 .. min(k0+lanes, r)`` of two output vectors at ``s[q]`` and
-    ``s[q + lanes]`` (symmetric: ``+= w[k] * (s[j-k] + s[j+k])`` per lane ``j``; ``WT`` is
-    ``_vwts(w, k0)``), each summed
-    in two accumulators (odd and even taps: half the dependency chain): returns
-    ``(a0, a1, b0, b1)``, ``a*`` for the first vector, ``b*`` for the second.
+    """Horizontal taps ``k = min(k0+lanes, r) .. k0+1`` (descending: SciPy's order, the pairs from
+    the outermost in) of two output vectors at ``s[q]`` and ``s[q + lanes]`` (symmetric:
+    ``+= (s[j-k] + s[j+k]) * w[k]`` per lane ``j``, the product then the sum: no fused
+    multiply-add; ``WT`` is ``_vwts(w, k0)``): returns ``(a0, a1, b0, b1)``, ``a0`` / ``b0`` the
+    sums of the first / second vector (``a1``, ``b1`` pass through: ``-0.0`` from the caller).
 
     ``A, B, C`` are the vectors at ``s[q - k0 - lanes]``, ``s[q - k0]`` and ``s[q - k0 + lanes]``:
     each left window ``s[j-k ..]`` is a constant shuffle of two of them (no unaligned load);
     the right windows are loads.  Shuffles and loads use different execution ports, so
     splitting the taps between them roughly halves the cost of the pass.  The taps are
-    unrolled (the shuffle masks must be constants) and each one is guarded by ``k <= r``:
-    the tap count stays a run-time value."""
+    unrolled (the shuffle masks must be constants) in blocks entered by a ``switch`` at the
+    first tap ``k <= r`` (falling through to the last): the tap count stays a run-time value."""
     _check_ptr(s)
     tup = types.UniTuple(a0, 4)
 
     def codegen(context, builder, sig, args):
         x0, x1, y0, y1, va, vb, vc, sp, qq, wt, kk0, rr = args
-        acc = [x0, x1, y0, y1]
         vt = x0.type
         n = vt.count
+        it = kk0.type
         i32v = ir.VectorType(ir.IntType(32), n)
+        entry = builder.block
+        # the first tap: t = min(n, r - k0) (k = k0 + t); none when that is <= 0
+        avail = builder.sub(rr, kk0)
+        first = builder.select(builder.icmp_signed("<", avail, ir.Constant(it, n)), avail, ir.Constant(it, n))
+        blocks = [builder.append_basic_block(f"taps.{t}") for t in range(n, 0, -1)]
         exit_bb = builder.append_basic_block("taps.exit")
-        incoming = []
-        for t in range(1, n + 1):
-            k = builder.add(kk0, ir.Constant(kk0.type, t))
-            body = builder.append_basic_block(f"taps.{t}")
-            incoming.append((builder.block, list(acc)))
-            builder.cbranch(builder.icmp_signed("<=", k, rr), body, exit_bb)
-            builder.position_at_end(body)
+        sw = builder.switch(first, exit_bb)
+        for t, bb in zip(range(n, 0, -1), blocks):
+            sw.add_case(ir.Constant(it, t), bb)
+        prev = None
+        for t, bb in zip(range(n, 0, -1), blocks):
+            builder.position_at_end(bb)
+            pa, pb = builder.phi(vt), builder.phi(vt)
+            pa.add_incoming(x0, entry)
+            pb.add_incoming(y0, entry)
+            if prev is not None:
+                pa.add_incoming(prev[0], prev[2])
+                pb.add_incoming(prev[1], prev[2])
+            k = builder.add(kk0, ir.Constant(it, t))
             wk = builder.extract_value(wt, t - 1)
             mask = ir.Constant(i32v, list(range(n - t, 2 * n - t)))
             l0 = builder.shuffle_vector(va, vb, mask)
@@ -299,16 +310,16 @@ def _vtaps2(typingctx, a0, a1, b0, b1, A, B, C, s, q, WT, k0, r):
             qk = builder.add(qq, k)
             r0 = builder.load(_vptr(builder, sp, qk, vt), align=_esize(vt))
             r1 = builder.load(_vptr(builder, sp, builder.add(qk, ir.Constant(qk.type, n)), vt), align=_esize(vt))
-            e = t % 2
-            acc[e] = _fmuladd(builder, wk, builder.fadd(l0, r0), acc[e])
-            acc[2 + e] = _fmuladd(builder, wk, builder.fadd(l1, r1), acc[2 + e])
-        incoming.append((builder.block, list(acc)))
-        builder.branch(exit_bb)
+            na = builder.fadd(pa, builder.fmul(builder.fadd(l0, r0), wk))
+            nb = builder.fadd(pb, builder.fmul(builder.fadd(l1, r1), wk))
+            prev = (na, nb, builder.block)
+            builder.branch(blocks[n - t + 1] if t > 1 else exit_bb)
         builder.position_at_end(exit_bb)
-        phis = [builder.phi(vt) for _ in range(4)]
-        for bb, vals in incoming:
-            for ph, v in zip(phis, vals):
-                ph.add_incoming(v, bb)
-        return context.make_tuple(builder, tup, phis)
+        ea, eb = builder.phi(vt), builder.phi(vt)
+        ea.add_incoming(x0, entry)
+        eb.add_incoming(y0, entry)
+        ea.add_incoming(prev[0], prev[2])
+        eb.add_incoming(prev[1], prev[2])
+        return context.make_tuple(builder, tup, [ea, x1, eb, y1])
 
     return tup(a0, a1, b0, b1, A, B, C, s, q, WT, k0, r), codegen

@@ -24,8 +24,14 @@ I_HDR = 32
 # per stencil: nV, v0, nH, h0 (two-phase: vertical then horizontal taps), nD, d0
 # (one-phase taps), corr kind (0 / 1 per column / 2 per row), corr offset in F,
 # number and offset of the forward border columns, and the number of non-zero
-# taps of each list (they come first; the adjoint uses only those)
-ST_LEN = 13
+# taps of each list (they come first; the adjoint uses only those); then the forward's
+# 1-D passes in the spec's order, each summed in SciPy's order (``_lowering.pass_kind``):
+# their number (0: the forward runs the lists above -- dense stencils, the identity), and per
+# pass its axis (-2 / -1), kind (1 symmetric, -1 antisymmetric, 0 general), number of taps and
+# first tap (a list of its own: the centre, then each pair left, right from the outermost in;
+# or the last tap, then the others in order)
+ST_LEN = 22
+ST_NPH = 13
 
 # F: [cval, 0, 1, threshold (set per call), taps..., corrections...]
 F_CVAL, F_ZERO, F_ONE, F_THR, F_TAPS = 0, 1, 2, 3, 4
