@@ -474,3 +474,16 @@ def test_symmetric_kernels_along_one_axis_on_many_rows(engine, k):
             assert_close(y, ndi.correlate1d(b, [1.0] * k, axis, mode="reflect"), rtol=1e-12, msg=f"{shape} {axis}")
             y = tf.uniform_filter1d(torch.from_numpy(b), k, axis, mode="wrap", backend=engine)
             assert_close(y, ndi.uniform_filter1d(b, k, axis, mode="wrap"), rtol=1e-12, msg=f"{shape} {axis}")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_plans_cached_for_one_batch_size_serve_another(engine):
+    """A found bug: the separable path cached its number of work items with its plan, so a
+    later call with more planes (same plane size) left the extra planes unwritten."""
+    rng = np.random.default_rng(3)
+    for n in (1, 3, 2, 7):
+        b = rng.random((n, 6, 11))
+        y = tf.gaussian_filter(torch.from_numpy(b), 1.5, backend=engine)
+        assert_close(y, ndi.gaussian_filter(b, 1.5, axes=(1, 2)), rtol=1e-12, msg=str(n))
+        y = tf.uniform_filter1d(torch.from_numpy(b), 5, -1, backend=engine)
+        assert_close(y, ndi.uniform_filter1d(b, 5, -1), rtol=1e-12, msg=str(n))

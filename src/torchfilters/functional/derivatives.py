@@ -9,7 +9,7 @@ from torch import Tensor
 from .. import _docs, kernels
 from .._docs import docfiller
 from .._validate import check_axis, check_bool, check_out
-from ._core import derivative_stencil, prep, run
+from ._core import prep, run
 
 __all__ = ["derivative", "gradient", "gradient_magnitude", "gradient_direction", "sobel", "prewitt", "scharr",
            "laplace"]

@@ -170,12 +170,13 @@ def sep_plan(info, H, W, N, nthreads, itemsize):
     lanes = _lanes(itemsize)
     blocking = _blocking(H, W, N, nthreads, lanes)
     key = (id(info), H, W, itemsize, blocking)
+    BR, NB, NC, CW, MP = blocking
+    nitems = -(-N // MP) * NB * NC  # not cached: the same blocking serves other plane counts
     hit = _plan_cache.get(key)
     if hit is not None and hit[0] is info:
-        return hit[1]
+        return hit[1] + (nitems,)
     wv, wh, mode, cval = info
     rv, rh = len(wv) - 1, len(wh) - 1
-    BR, NB, NC, CW, MP = blocking
     E = max(rv, 1)
     # row fold table, image rows -E .. NB*BR + R + E (a block computes R rows: the last block's
     # extra ones are discarded)
@@ -238,12 +239,11 @@ def sep_plan(info, H, W, N, nthreads, itemsize):
                         np.asarray([v for t in segs for v in t], np.int64),
                         np.asarray([v for t in pads for v in t], np.int64)]).astype(np.int64)
     F = np.asarray([cval] + list(wv) + list(wh) + [0.0] * lanes, np.float64)  # (zeros: _vwts reads a block)
-    nitems = -(-N // MP) * NB * NC
-    plan = (P, F, nitems)
+    plan = (P, F)
     if len(_plan_cache) > 1024:
         _plan_cache.clear()
     _plan_cache[key] = (info, plan)
-    return plan
+    return plan + (nitems,)
 
 
 def inplace_ok(x, itemsize, info):
