@@ -12,7 +12,7 @@ import sys
 from typing import Any, Sequence
 
 from . import ops as _ops
-from .common import DEFAULT_OUT, FORMATS, PROG, MissingDependency, error
+from .common import DEFAULT_OUT, FORMATS, PROG, Parser, MissingDependency, error
 from .inputs import SAMPLE_IMAGES
 
 WARMUP_DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -157,7 +157,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     def wanted(name: str) -> bool:
         return command is None or command == name
 
-    parser = argparse.ArgumentParser(prog=PROG, description=_DESCRIPTION, epilog=_EPILOG,
+    parser = Parser(prog=PROG, description=_DESCRIPTION, epilog=_EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_VersionAction, help="print the version of torchfilters and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -254,7 +254,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "bench":
         from . import bench as _bench
 
-        return _bench.run(args)
+        return _bench.run(args, getattr(args, "extra", []))
     from .run import Job, run_files
 
     spec = args.spec
@@ -287,8 +287,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     0 for help and version).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(_command(argv))
-    args = parser.parse_args(argv)
+    command = _command(argv)
+    parser = build_parser(command)
+    if command == "bench":  # the op's own options follow --op: bench parses them with the op's parser
+        args, args.extra = parser.parse_known_args(argv)
+    else:
+        args = parser.parse_args(argv)
     try:
         return _run(args)
     except MissingDependency as exc:

@@ -86,7 +86,21 @@ def progress_bar(total: int | None, desc: str, unit: str, show: bool) -> Any:
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True)
 
 
-# ------------------------------------------------------------------ argparse types
+# ------------------------------------------------------------------ argparse
+
+_NUMBER = r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, which also takes comma-separated negative numbers as values
+    (``--axes -3,-2,-1``, ``--origin -1,0``), not as unknown options."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        import re
+
+        self._negative_number_matcher = re.compile(rf"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?(,{_NUMBER})*$")
+
 
 
 def finite_float(text: str) -> float:

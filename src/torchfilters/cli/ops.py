@@ -37,13 +37,13 @@ def op_table() -> dict[str, Callable[..., Any]]:
 # ------------------------------------------------------------------ value types
 
 
-def _scalar_or_list(convert: Callable[[str], Any], what: str) -> Callable[[str], Any]:
+def _scalar_or_list(convert: Callable[[str], Any], what: str, whats: str) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         parts = [p.strip() for p in text.split(",")]
         try:
             values = [convert(p) for p in parts]
         except (ValueError, argparse.ArgumentTypeError):
-            raise argparse.ArgumentTypeError(f"expected {what} or comma-separated {what}s (one per axis), "
+            raise argparse.ArgumentTypeError(f"expected {what} or comma-separated {whats} (one per axis), "
                                              f"got {text!r}") from None
         return values[0] if len(values) == 1 else tuple(values)
 
@@ -60,8 +60,8 @@ def _number(text: str) -> float:
     return value
 
 
-ints = _scalar_or_list(_strict_int, "an integer")
-numbers = _scalar_or_list(_number, "a number")
+ints = _scalar_or_list(_strict_int, "an integer", "integers")
+numbers = _scalar_or_list(_number, "a number", "numbers")
 
 
 def optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
