@@ -78,12 +78,13 @@ def error(message: str, bar: Any = None) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
-def progress_bar(total: int | None, desc: str, unit: str, show: bool) -> Any:
-    """A tqdm bar on stderr, or None when ``show`` is false or stderr is not a terminal."""
+def progress_bar(total: int | None, desc: str, unit: str, show: bool, leave: bool = False) -> Any:
+    """A tqdm bar on stderr, or None when ``show`` is false or stderr is not a terminal
+    (``leave``: keep the finished bar on screen)."""
     if not show or not sys.stderr.isatty():
         return None
     tqdm = require("tqdm", "tqdm").tqdm
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=False, dynamic_ncols=True)
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=leave, dynamic_ncols=True)
 
 
 # ------------------------------------------------------------------ argparse

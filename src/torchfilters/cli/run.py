@@ -75,7 +75,8 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
             error(f"{args.out}: cannot create output folder ({describe(exc).lower()})")
             return 1
 
-    bar = progress_bar(len(sources), f"{PROG} {job.command}", "file", not args.quiet and len(sources) > 1)
+    bar = progress_bar(len(sources), f"{PROG} {job.command}", "file", not args.quiet and len(sources) > 1,
+                       leave=True)
     written = 0
     status = None
     try:
