@@ -42,16 +42,21 @@ def _device(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
 
 
 def _probe(job: Job, device: Any, parser: argparse.ArgumentParser) -> None:
-    """Call the op once on a tiny tensor so that a value it refuses is one usage error naming the
-    option, not the same error for every input."""
+    """Call the op on tiny tensors so that a value it refuses is one usage error naming the
+    option, not the same error for every input.  Options are refused only when every rank
+    from 2 to 5 refuses them (``--axis 0`` is fine for a 2-D image, not for a batch)."""
     import torch
 
     kwargs = {k: v for k, v in job.kwargs.items() if k != "mask"}  # a mask fits the inputs, not the probe
-    try:
-        with torch.no_grad():
-            job.fn(torch.zeros(2, 2, 2, 4, 5, 6, device=device), **kwargs)
-    except Exception as exc:
-        parser.error(name_option(describe(exc, 400), job.param_names))
+    first = None
+    for shape in ((4, 5), (3, 4, 5), (2, 3, 4, 5), (2, 2, 3, 4, 5)):
+        try:
+            with torch.no_grad():
+                job.fn(torch.zeros(shape, device=device), **kwargs)
+            return
+        except Exception as exc:
+            first = first or exc
+    parser.error(name_option(describe(first, 400), job.param_names))
 
 
 def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Job) -> int:
