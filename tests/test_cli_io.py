@@ -366,3 +366,13 @@ def test_an_existing_output_is_replaced_whole(tmp_path):
     (tmp_path / "o" / "a_edges.npy").write_bytes(b"stale")
     assert cli.main(["edges", str(tmp_path / "a.npy"), "-o", str(tmp_path / "o"), "-f", "npy", "-q"]) == 0
     assert np.load(tmp_path / "o" / "a_edges.npy").shape == (5, 5)
+
+
+def test_rerunning_into_the_input_folder_does_not_filter_the_outputs(tmp_path):
+    np.save(tmp_path / "a.npy", np.random.default_rng(7).random((5, 6)).astype(np.float32))
+    for _ in range(2):
+        assert cli.main(["edges", str(tmp_path), "-o", str(tmp_path), "-f", "npy", "-q"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "a_edges.npy"]
+    # named explicitly, an output is an input like any other
+    assert cli.main(["edges", str(tmp_path / "a_edges.npy"), "-o", str(tmp_path), "-f", "npy", "-q"]) == 0
+    assert (tmp_path / "a_edges_edges.npy").exists()

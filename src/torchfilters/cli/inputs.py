@@ -61,11 +61,15 @@ class Loaded:
     from_image: bool  # values were scaled from an image file into [0, 1]
 
 
-def expand_inputs(inputs: Sequence[str], samples: Sequence[str] = SAMPLE_IMAGES) -> tuple[list[Source], list[str]]:
+def expand_inputs(inputs: Sequence[str], samples: Sequence[str] = SAMPLE_IMAGES,
+                  outputs: tuple[Path, str] | None = None) -> tuple[list[Source], list[str]]:
     """Turn the INPUT arguments into sources; return them and error lines.
 
-    A folder contributes its files with a known extension, sorted by name (not recursive).
-    A path that does not exist is an error line, not a source.  No INPUT: the sample images.
+    A folder contributes its files with a known extension, sorted by name (not recursive),
+    except hidden files and, in the output folder ``outputs[0]``, the files named like this
+    run's outputs (ending in ``outputs[1]``, e.g. ``_edges.png``): running twice with
+    ``--out`` the input folder does not filter the first run's results.  A path that does
+    not exist is an error line, not a source.  No INPUT: the sample images.
     """
     if not inputs:
         return [Source(f"skimage.data.{n}", n, "", sample=n) for n in samples], []
@@ -79,8 +83,9 @@ def expand_inputs(inputs: Sequence[str], samples: Sequence[str] = SAMPLE_IMAGES)
             except OSError as exc:
                 errors.append(f"{text}: cannot list folder ({describe(exc)})")
                 continue
+            own = outputs is not None and _same_dir(path, outputs[0])
             found = [p for p in entries if p.suffix.lower() in INPUT_EXTENSIONS and p.is_file()
-                     and not p.name.startswith(".")]
+                     and not p.name.startswith(".") and not (own and p.name.endswith(outputs[1]))]
             if not found:
                 errors.append(f"{text}: folder has no input files ({' '.join(INPUT_EXTENSIONS)})")
             sources += [Source(str(p), p.stem, p.suffix.lower().lstrip("."), path=p) for p in found]
@@ -89,6 +94,13 @@ def expand_inputs(inputs: Sequence[str], samples: Sequence[str] = SAMPLE_IMAGES)
         else:
             errors.append(f"{text}: no such file or folder")
     return sources, errors
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return b.exists() and a.samefile(b)
+    except OSError:
+        return False
 
 
 def sniff(head: bytes) -> str | None:

@@ -67,7 +67,8 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
     job.kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in job.kwargs.items()}
     _probe(job, device, parser)
 
-    sources, errors = _inputs.expand_inputs(args.inputs, _inputs.SAMPLE_IMAGES)
+    sources, errors = _inputs.expand_inputs(args.inputs, _inputs.SAMPLE_IMAGES,
+                                            (Path(args.out), f"_{job.suffix}.{args.format}"))
     for line in errors:
         error(line)
     failed = len(errors)
