@@ -154,8 +154,10 @@ def test_plot_without_matplotlib_is_one_clear_error(tmp_path, monkeypatch, capsy
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     rc = cli.main(["bench", *FAST, "--plot", str(tmp_path / "b.png")])
     assert rc == 1
-    assert "pip install 'torchfilters[bench]'" in capsys.readouterr().err
+    cap = capsys.readouterr()
+    assert "pip install 'torchfilters[bench]'" in cap.err
     assert not (tmp_path / "b.png").exists()
+    assert "median" not in cap.out  # refused before any timing
 
 
 def test_max_rel_error_scale_and_nans():

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ import torch
 import torchfilters
 from torchfilters import cli
 from torchfilters.cli import outputs
-from torchfilters.cli.common import DiskFull, InputError
+from torchfilters.cli.common import DiskFull
 
 iio = pytest.importorskip("imageio.v3")
 pytest.importorskip("tqdm")

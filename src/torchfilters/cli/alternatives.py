@@ -336,8 +336,15 @@ def _pad(t: Any, kh: int, kw: int, mode: str, cval: float) -> Any:
     if mode == "constant":
         return F.pad(t, (l0, r0, t0, b0), value=cval)
     H, W = t.shape[-2:]
-    t = t.index_select(-2, _fold(H, t0, b0, mode).to(t.device))
-    return t.index_select(-1, _fold(W, l0, r0, mode).to(t.device))
+    if t0 or b0:
+        t = t.index_select(-2, _fold(H, t0, b0, mode).to(t.device))
+    if l0 or r0:
+        t = t.index_select(-1, _fold(W, l0, r0, mode).to(t.device))
+    return t
+
+
+def _identity(taps: np.ndarray) -> bool:
+    return len(taps) == 1 and float(taps[0]) == 1.0
 
 
 def _as_bchw(t: Any) -> Any:
@@ -364,9 +371,12 @@ def _torch_conv(r: Recipe, x: Any, backward: bool) -> Callable[[], Any]:
         b = _as_bchw(inp)
         parts = []
         for t, k in zip(r.terms, ks):
-            if t[0] == "sep":
-                p = _pad(b, len(t[1]), len(t[2]), r.mode, r.cval)
-                y = F.conv2d(F.conv2d(p, k[0], groups=C), k[1], groups=C)
+            if t[0] == "sep":  # a pass of the taps [1] is skipped, as one would write it by hand
+                y = b
+                for taps, kk, dim in ((t[1], k[0], 0), (t[2], k[1], 1)):
+                    if not _identity(taps):
+                        shape = (len(taps), 1) if dim == 0 else (1, len(taps))
+                        y = F.conv2d(_pad(y, *shape, r.mode, r.cval), kk, groups=C)
             else:
                 y = F.conv2d(_pad(b, *t[1].shape, r.mode, r.cval), k, groups=C)
             parts.append(y.reshape(inp.shape))
@@ -400,7 +410,11 @@ def _kornia(r: Recipe, x: Any, backward: bool) -> Callable[[], Any]:
         b = _as_bchw(inp)
         parts = []
         for t, kk in zip(r.terms, ks):
-            if t[0] == "sep":
+            if t[0] == "sep" and _identity(t[1]):
+                y = kornia.filters.filter2d(b, kk[0][:, None, :], border_type=border)
+            elif t[0] == "sep" and _identity(t[2]):
+                y = kornia.filters.filter2d(b, kk[1][:, :, None], border_type=border)
+            elif t[0] == "sep":
                 y = kornia.filters.filter2d_separable(b, kk[0], kk[1], border_type=border)
             else:
                 y = kornia.filters.filter2d(b, kk, border_type=border)

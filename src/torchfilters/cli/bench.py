@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import PROG, InputError, MissingDependency, Parser, describe, error, int_list, progress_bar
+from .common import PROG, InputError, MissingDependency, Parser, describe, error, int_list, progress_bar, require
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 
@@ -186,6 +186,12 @@ def run(args: argparse.Namespace, extra: list | None = None) -> int:
                                                       and _same(v, sig[k].default))}
     if args.quick:
         args.min_time = 0.1
+    if args.plot:  # before minutes of timing, not after
+        try:
+            require("matplotlib", "matplotlib", extra="bench")
+        except MissingDependency as exc:
+            error(f"--plot: {exc}")
+            return 1
     if args.threads is not None:
         if args.threads < 1:
             parser.error(f"argument --threads: must be >= 1, got {args.threads}")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import MODES, OPERATORS, finite_float, mode_name
+from .common import MODES, OPERATORS, mode_name
 
 #: parameters never offered as options
 SKIP = ("input", "out")

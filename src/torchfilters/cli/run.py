@@ -75,6 +75,9 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
     names = output_names(sources, job.suffix, args.format)
     out_dir = Path(args.out)
     if sources:
+        if out_dir.exists() and not out_dir.is_dir():
+            error(f"{args.out}: the output folder is a file")
+            return 1
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
