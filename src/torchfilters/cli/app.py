@@ -158,7 +158,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         return command is None or command == name
 
     parser = Parser(prog=PROG, description=_DESCRIPTION, epilog=_EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_VersionAction, help="print the version of torchfilters and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

@@ -43,6 +43,10 @@ the floor and torchfilters' speed-up over each row. The op's own options
 follow --op (those of 'torchfilters filter OP --help'), e.g.
   torchfilters bench --op gaussian_filter --sigma 3 --mode nearest
 Parameters without a default get sigma=2, size=5, a 3x3 binomial kernel.
+
+The default shape (400 MB of float32) takes minutes on a small machine: the
+slowest alternatives need seconds per call. --quick or a smaller --shape is
+faster; a progress bar shows the row being timed.
 """
 
 _EPILOG = """\
@@ -113,6 +117,10 @@ def machine() -> str:
     import torch
 
     text = f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+    try:
+        text += f", load average {os.getloadavg()[0]:.2f} at the start"
+    except OSError:  # pragma: no cover - no load average on this platform
+        pass
     return text
 
 
@@ -204,6 +212,7 @@ def run(args: argparse.Namespace, extra: list | None = None) -> int:
         parser.error(f"argument --device: {args.device!r} is not usable ({describe(exc)})")
     if any(n <= 0 for n in args.shape):
         parser.error(f"argument --shape: every size must be positive, got {args.shape}")
+    info = machine()  # before the runs: its load average is the one at the start
     gen = torch.Generator().manual_seed(args.seed)
     x = torch.randn(args.shape, generator=gen, dtype=torch.float32).to(dtype=dtype, device=device)
     call_kw = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
@@ -256,6 +265,8 @@ def run(args: argparse.Namespace, extra: list | None = None) -> int:
             missing.append(alt.PIP_NAMES.get(a.module, a.module))
             continue
         used.append((a.module.split(".")[0].replace("cv2", "opencv"), sys.modules[a.module.split(".")[0]]))
+        if device.type != "cpu" and not a.autograd:
+            name += " (on the CPU, from a NumPy copy)"
         row = Row(name, "alternative")
         if rec is None:
             row.status, row.note = "n/a", f"no plain equivalent of this call: {rec_error}"
@@ -294,13 +305,13 @@ def run(args: argparse.Namespace, extra: list | None = None) -> int:
             r.ratio_floor = r.seconds / floor if floor else None
             r.speedup = r.seconds / tf_time if tf_time and r.kind == "alternative" else None
 
-    title = (f"{args.op}({_kwargs_text(kwargs) or 'defaults'}) on {tuple(args.shape)} {args.dtype}, "
+    call = ", ".join(["x", _kwargs_text(kwargs)]) if kwargs else "x"
+    title = (f"{args.op}({call}) on {tuple(args.shape)} {args.dtype}, "
              f"{device}, {'forward + backward' if args.backward else 'forward'}")
-    result = dict(command=" ".join([PROG, "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else None,
-                  op=args.op, kwargs={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in kwargs.items()
+    result = dict(op=args.op, kwargs={k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in kwargs.items()
                                       if not isinstance(v, torch.Tensor)},
                   shape=list(args.shape), dtype=args.dtype, device=str(device), backward=args.backward,
-                  bytes=nbytes, title=title, machine=machine(),
+                  bytes=nbytes, title=title, machine=info,
                   gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
                   versions=versions(used), not_installed=missing, rows=[asdict(r) for r in rows])
     print(render_table(result))

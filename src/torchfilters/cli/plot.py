@@ -3,6 +3,7 @@ marked, the machine and versions in the caption."""
 
 from __future__ import annotations
 
+import math
 import textwrap
 from typing import Any, Callable
 
@@ -33,13 +34,20 @@ def figure_writer(result: dict) -> Callable[[Any], None]:
         ax.axvline(floor * 1e3, color="black", linestyle="--", linewidth=1,
                    label=f"one-pass floor, {floor_name}")
         ax.legend(loc="upper right", fontsize=8, frameon=False)
+    from .bench import _format_time
+
     lo, hi = min(times), max(times)
-    ax.set_xlim(lo / 3, hi * 80)  # room for the labels right of the bars
+    left, right = lo / 3, max(hi * 4, lo * 1e3)
+    ax.set_xlim(left, right)
+    mid = math.sqrt(left * right)
     for yi, r, t in zip(y, rows, times):
-        label = f" {t:.3g} ms · {r['ratio_floor']:.3g}× floor"
+        label = f"{_format_time(r['seconds'])} · {r['ratio_floor']:.3g}× floor"
         if r["speedup"]:
             label += f" · torchfilters {r['speedup']:.3g}× faster"
-        ax.text(t, yi, label, va="center", ha="left", fontsize=8)
+        if t > mid:  # a long bar holds its label; a short one has it on its right
+            ax.text(t / 1.08, yi, label + " ", va="center", ha="right", fontsize=8, color="white")
+        else:
+            ax.text(t * 1.08, yi, label, va="center", ha="left", fontsize=8)
     ax.set_title(textwrap.fill(result["title"], 90), fontsize=10)
     versions = ", ".join(f"{k} {v}" for k, v in result["versions"].items())
     caption = f"{result['machine']}" + (f", {result['gpu']}" if result.get("gpu") else "") + f". {versions}."
