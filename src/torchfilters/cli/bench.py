@@ -33,7 +33,7 @@ Time one op of torchfilters on your own shape, in this process, against the
 one-pass floor torch.neg(x, out=y) and every installed alternative: SciPy
 (its own function, per (H, W) slice where its N-D semantics differ, else
 correlate1d passes), OpenCV per sample, Kornia, plain torch (index padding +
-F.conv2d) and torchvision where it applies. Each alternative's result is
+grouped F.conv2d) and torchvision where it applies. Each alternative's result is
 checked against torchfilters' before timing: one that disagrees, or cannot
 compute the call (another boundary mode, no autograd), is reported, not timed.
 
@@ -72,7 +72,8 @@ def add_parser(sub: Any, make: Callable, build: bool = True) -> argparse.Argumen
     p.add_argument("--backward", action="store_true", help="time forward + backward (autograd rows only)")
     p.add_argument("--min-time", type=float, default=1.0, metavar="S",
                    help="seconds of measurement per row, at least one call (default: %(default)s)")
-    p.add_argument("--quick", action="store_true", help="--min-time 0.1: rough figures in a few seconds")
+    p.add_argument("--quick", action="store_true",
+                   help="--min-time 0.1: rougher figures, sooner (the slowest rows still run a few calls)")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart (needs matplotlib)")
     p.add_argument("--json", metavar="FILE.json", help="write the results as JSON")
     p.add_argument("--threads", type=int, metavar="N",
