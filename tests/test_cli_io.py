@@ -375,3 +375,13 @@ def test_rerunning_into_the_input_folder_does_not_filter_the_outputs(tmp_path):
     # named explicitly, an output is an input like any other
     assert cli.main(["edges", str(tmp_path / "a_edges.npy"), "-o", str(tmp_path), "-f", "npy", "-q"]) == 0
     assert (tmp_path / "a_edges_edges.npy").exists()
+
+
+@pytest.mark.parametrize("t", [torch.randn(3, 4), torch.zeros(0, 5), torch.tensor(2.0), torch.randn(2, 3, 4).half(),
+                               torch.randn(2, 3).bfloat16(), torch.randn(4, 5).t(), torch.randn(3, 8)[:, ::2]],
+                         ids=["2d", "empty", "0d", "float16", "bfloat16", "transposed", "strided"])
+def test_the_chunked_npy_writer_round_trips(tmp_path, t):
+    outputs.write_atomic(tmp_path / "a.npy", outputs.encode(t, "npy"))
+    got = np.load(tmp_path / "a.npy")
+    want = t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()
+    assert got.shape == want.shape and got.dtype == want.dtype and np.array_equal(got, want)

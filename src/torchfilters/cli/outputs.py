@@ -115,7 +115,8 @@ def encode(result: Any, fmt: str, from_image: bool = False, magnitude: bool = Fa
         return lambda f: _write_chunked(f, memoryview(data))
     if fmt == "npy":
         raw = result.float() if result.dtype == torch.bfloat16 else result  # .npy has no bfloat16
-        arr = np.ascontiguousarray(raw.numpy())
+        arr = raw.numpy()
+        arr = arr if arr.flags.c_contiguous else arr.copy(order="C")  # (ascontiguousarray makes 0-d 1-d)
 
         return lambda f: _write_npy(f, arr, np)
     if fmt == "pt":
