@@ -6,6 +6,8 @@
 * when the chosen axes lie within the last three (``(-3, -1)``, ``(-2, -1)``, ``-2`` ...),
   the spec spans the trailing axes from the first chosen one; an unchosen axis inside that
   window is filtered by nothing (no pass, no tap) -- the tensor is passed as it is;
+* when the axes after the last chosen one merge into one (a view: ``correlate1d`` along axis 0
+  of a contiguous ``(N, C, H, W)``), they do, and the same window rule applies;
 * otherwise (video ``(B, T, C, H, W)`` over ``T, H, W``) the chosen axes are moved behind the
   others, in their order, as a permuted view, and the result is permuted back.
 
@@ -51,10 +53,13 @@ class Layout(NamedTuple):
     axes: Tuple[int, ...]  # the caller's axes, non-negative, in the caller's order
     ndim: int  # the spec's spatial axes
     perm: Optional[Tuple[int, ...]]  # input permutation (None: as it is)
+    merge: int = 0  # > 0: the axes from this one on are merged into one (a view)
 
     @property
     def spec_axes(self) -> Tuple[int, ...]:
         """The spec axis (negative) of each of the caller's axes, in the caller's order."""
+        if self.merge:
+            return tuple(a - self.merge - 1 for a in self.axes)
         if self.perm is None:
             return tuple(a - self.dim for a in self.axes)
         chosen = sorted(self.axes)
@@ -70,6 +75,8 @@ class Layout(NamedTuple):
         return _spec.canonical_modes(per)
 
     def to_engine(self, x: Tensor) -> Tensor:
+        if self.merge:  # a view for the input (checked); a mask that does not merge is copied
+            return x.reshape(x.shape[: self.merge] + (-1,))
         return x if self.perm is None else x.permute(self.perm)
 
     def _k_perm(self):
@@ -80,7 +87,9 @@ class Layout(NamedTuple):
         want = list(range(first)) + ["K"] + list(range(first, self.dim))
         return [labels.index(w) for w in want], [want.index(lab) for lab in labels]
 
-    def from_engine(self, y: Tensor, components: bool) -> Tensor:
+    def from_engine(self, y: Tensor, components: bool, shape=None) -> Tensor:
+        if self.merge:
+            return y.view(y.shape[:-1] + tuple(shape[self.merge:]))
         if self.perm is None:
             return y
         if components:
@@ -91,6 +100,8 @@ class Layout(NamedTuple):
         return y.permute(inv)
 
     def out_to_engine(self, out: Optional[Tensor], components: bool) -> Optional[Tensor]:
+        if self.merge and out is not None:
+            return out.view(out.shape[: self.merge + bool(components)] + (-1,))
         if out is None or self.perm is None:
             return out
         return out.permute(self._k_perm()[1]) if components else out.permute(self.perm)
@@ -113,12 +124,23 @@ def layout(x: Tensor, axes, default=(-2, -1)) -> Layout:
             f"axes={tuple(default)}; got shape {tuple(x.shape)} (pass axes= to filter fewer axes)"
         )
     ax = check_axes(axes, dim, default)
-    first = min(ax)
+    first, last = min(ax), max(ax)
     if dim - first <= 3:
         return Layout(dim, ax, dim - first, None)
+    if last + 2 - first <= 3 and _mergeable(x, last + 1):
+        return Layout(dim, ax, last + 2 - first, None, last + 1)
     chosen = sorted(ax)
     perm = tuple(a for a in range(dim) if a not in chosen) + tuple(chosen)
     return Layout(dim, ax, len(ax), perm)
+
+
+def _mergeable(x: Tensor, start: int) -> bool:
+    """Do the axes ``start..`` of ``x`` merge into one axis without a copy (``view``)?"""
+    size, stride = x.shape[start:], x.stride()[start:]
+    for i in range(len(size) - 1):
+        if size[i] != 1 and size[i + 1] != 1 and stride[i] != stride[i + 1] * size[i + 1]:
+            return False
+    return True
 
 
 # --------------------------------------------------------------------- engines
@@ -234,8 +256,15 @@ def run(x: Tensor, lay: Layout, modes, cval: float, epilogue: str, recipes: tupl
     if out is not None:
         check_out(out, lay.out_shape(x.shape, components), x.dtype, x.device)
     text = _filter_text(lay.modes(modes), cval, epilogue, recipes, _signbit(cval), lay.ndim)
-    y = run_filter(lay.to_engine(x), text, lay.out_to_engine(out, bool(components)), backend)
-    return out if out is not None else lay.from_engine(y, bool(components))
+    eng_out = None
+    if out is not None:
+        if lay.merge and not _mergeable(out, lay.merge + bool(components)):
+            with torch.no_grad():  # an out= that does not merge: through a temporary
+                out.copy_(run(x, lay, modes, cval, epilogue, recipes, None, backend))
+            return out
+        eng_out = lay.out_to_engine(out, bool(components))
+    y = run_filter(lay.to_engine(x), text, eng_out, backend)
+    return out if out is not None else lay.from_engine(y, bool(components), x.shape)
 
 
 def run_filter(x: Tensor, text: str, out: Optional[Tensor], backend) -> Tensor:

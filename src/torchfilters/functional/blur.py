@@ -11,7 +11,7 @@ from .. import _ops, _spec
 from .._docs import docfiller
 from .._validate import check_bool, check_dense, check_has_values, check_out, check_real, type_name
 from ..backends import check_backend
-from ._core import _blur_text, dense_recipe, _eager_engine, _signbit, no_grad_out, prep, refuse_forward_ad, weights_tuple
+from ._core import _blur_text, _mergeable, dense_recipe, _eager_engine, _signbit, no_grad_out, prep, refuse_forward_ad, weights_tuple
 from .gaussian import check_sigma, gaussian_radii
 
 __all__ = ["selective_blur"]
@@ -157,11 +157,19 @@ def selective_blur(
         check_out(out, x.shape, x.dtype, x.device)
         no_grad_out(x)
     given = out
+    if out is not None and lay.merge and not _mergeable(out, lay.merge):
+        out = None  # an out= that does not merge: through a temporary
+    shape = x.shape
     x, out = lay.to_engine(x), lay.out_to_engine(out, False)
     if mask is not None:
         mask = lay.to_engine(mask)
     y = _blur(x, mask, spec, text, threshold, out, backend)
-    return given if given is not None else lay.from_engine(y, False)
+    if given is not None:
+        if out is None:
+            with torch.no_grad():
+                given.copy_(lay.from_engine(y, False, shape))
+        return given
+    return lay.from_engine(y, False, shape)
 
 
 def _blur(x, mask, spec, text, threshold, out, backend):

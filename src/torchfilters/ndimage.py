@@ -1,0 +1,578 @@
+"""A drop-in for ``scipy.ndimage``'s filters on NumPy arrays, computed by torchfilters' engines.
+
+``import torchfilters.ndimage as ndimage`` in place of ``from scipy import ndimage``: the same
+function names, positional order and keywords (``output=``, ``mode=``, ``cval=``, ``origin=``,
+``axes=``, ``truncate=``, ``radius=``), the same results and the same exception types, for
+the filters torchfilters implements (:data:`__all__`).
+
+**SciPy's dtype rules, not the torch API's.**  The result has the input's dtype unless
+``output=`` names one (a dtype, or an array to fill); integer results are cast as SciPy casts
+them (truncated toward zero), and filters that SciPy runs as a sequence of 1-D passes store
+every intermediate in the output dtype as SciPy does (an integer Gaussian rounds after each
+axis).  float16 raises ``RuntimeError`` as in SciPy; complex input or weights work for the
+linear filters (real and imaginary parts).  The torch functions (``torchfilters.gaussian_filter``
+...) differ on purpose: they promote integers to float32 and never wrap around, and filter
+the last two axes by default where these filter every axis, as SciPy does.
+
+**How it runs.**  Arrays go to torch without a copy where their layout allows
+(``torch.from_numpy``); a float32 result stays float32 and comes back without a copy.
+Multi-pass filters of float results over at most three axes run as one fused call; integer
+results, and more than three axes, run SciPy's sequence of passes, each a fused 1-D call.
+Every value is computed in float64, except float32 in and out (float32 arithmetic, as the
+torch API does: equal to SciPy's float64-then-round to a few float32 ulps).
+
+Known differences (each tested against an independent oracle): ``uniform_filter`` sums each
+window afresh where SciPy keeps a running sum, so a NaN or inf spreads over its window only
+(SciPy's spreads to the end of the line) and rounding differs in the last bits.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+import warnings
+
+import numpy as np
+import torch
+
+from . import functional as F
+from . import kernels
+
+__all__ = [
+    "correlate",
+    "convolve",
+    "correlate1d",
+    "convolve1d",
+    "sobel",
+    "prewitt",
+    "laplace",
+    "generic_laplace",
+    "generic_gradient_magnitude",
+    "gaussian_filter",
+    "gaussian_filter1d",
+    "gaussian_gradient_magnitude",
+    "gaussian_laplace",
+    "uniform_filter",
+    "uniform_filter1d",
+]
+
+_MODES = {"nearest", "wrap", "reflect", "grid-mirror", "mirror", "constant", "grid-wrap", "grid-constant"}
+_SUPPORTED = set("?bBhHiIlLqQfdgFDG") - {"g", "G"}  # bool, integers, float32/64, complex64/128
+
+
+# ----------------------------------------------------------------- SciPy's argument rules
+
+
+def _check_mode(mode):
+    if not isinstance(mode, str) or mode not in _MODES:
+        raise RuntimeError("boundary mode not supported")
+    return mode
+
+
+def _normalize_sequence(value, rank):
+    if not isinstance(value, str) and np.iterable(value):
+        out = list(value)
+        if len(out) != rank:
+            raise RuntimeError("sequence argument must have length equal to input rank")
+        return out
+    return [value] * rank
+
+
+def _check_axes(axes, ndim):
+    if axes is None:
+        return tuple(range(ndim))
+    if np.isscalar(axes):
+        axes = (int(np.asarray(axes).item()) if isinstance(axes, np.generic) else axes,)
+    out = []
+    for ax in axes:
+        ax = operator.index(ax)  # SciPy's TypeError: "... cannot be interpreted as an integer"
+        if ax < -ndim or ax > ndim - 1:
+            raise ValueError(f"specified axis: {ax} is out of range")
+        out.append(ax % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError("axes must be unique")
+    return tuple(out)
+
+
+def _normalize_axis(axis, ndim):
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, numbers.Integral):
+        raise TypeError(f"axis must be an integer; got {axis!r}")
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise np.exceptions.AxisError(axis, ndim)
+    return axis % ndim
+
+
+def _invalid_origin(origin, lenw):
+    return (origin < -(lenw // 2)) or (origin > (lenw - 1) // 2)
+
+
+def _input(input):
+    a = np.asarray(input)
+    if a.dtype.char not in _SUPPORTED:
+        raise RuntimeError("array type not supported")
+    return a
+
+
+def _get_output(output, input, shape=None, complex_output=False):
+    shape = input.shape if shape is None else shape
+    if output is None:
+        dt = np.promote_types(input.dtype, np.complex64) if complex_output else input.dtype
+        out = np.zeros(shape, dtype=dt)
+    elif isinstance(output, (type, np.dtype)):
+        dt = np.dtype(output)
+        if complex_output and dt.kind != "c":
+            warnings.warn("promoting specified output dtype to complex", stacklevel=3)
+            dt = np.promote_types(dt, np.complex64)
+        out = np.zeros(shape, dtype=dt)
+    elif isinstance(output, str):
+        dt = np.dtype(output)
+        if complex_output and dt.kind != "c":
+            raise RuntimeError("output must have complex dtype")
+        if not issubclass(dt.type, np.number):
+            raise RuntimeError("output must have numeric dtype")
+        out = np.zeros(shape, dtype=dt)
+    else:
+        out = np.asarray(output)
+        if out.shape != tuple(shape):
+            raise RuntimeError("output shape not correct")
+        if complex_output and out.dtype.kind != "c":
+            raise RuntimeError("output must have complex dtype")
+    if out.dtype.char not in _SUPPORTED:
+        raise RuntimeError("array type not supported")
+    return out
+
+
+# ----------------------------------------------------------------- the bridge to torch
+
+
+def _fast32(a, out):
+    return a.dtype == np.float32 and out.dtype == np.float32
+
+
+def _tensor(a, fast32: bool) -> torch.Tensor:
+    """``a`` as a torch tensor in the compute dtype (float32 when ``fast32``, else float64),
+    without a copy where the layout and dtype allow."""
+    want = np.float32 if fast32 else np.float64
+    if a.dtype != want or not a.dtype.isnative or any(s < 0 for s in a.strides):
+        a = np.ascontiguousarray(a, dtype=want)
+    return torch.from_numpy(a)
+
+
+def _store(out, y: torch.Tensor):
+    """Write ``y`` into ``out`` with SciPy's cast (C's: toward zero)."""
+    np.copyto(out, y.numpy(), casting="unsafe")
+    return out
+
+
+def _fresh(output) -> bool:
+    """The caller asked for a new array (no ``output``, or a dtype): the engine's result can be
+    returned as it is when its dtype is the one wanted (no copy)."""
+    return output is None or isinstance(output, (type, np.dtype, str))
+
+
+def _run(out, fn, a, fast32, fresh=False):
+    y = fn(_tensor(a, fast32))
+    if fresh and y.numpy().dtype == out.dtype and y.is_contiguous():
+        return y.numpy()  # the zero-filled ``out`` was never touched: nothing to copy
+    _store(out, y)
+    return out
+
+
+def _complex_via_real_components(func, input, weights, output, cval, **kwargs):
+    """Complex filtering as real filterings of the real and imaginary parts (SciPy's rule)."""
+    complex_input = input.dtype.kind == "c"
+    complex_weights = weights.dtype.kind == "c"
+    if complex_input and complex_weights:
+        func(input.real, weights.real, output=output.real, cval=np.real(cval), **kwargs)
+        output.real -= func(input.imag, weights.imag, output=None, cval=np.imag(cval), **kwargs)
+        func(input.real, weights.imag, output=output.imag, cval=np.real(cval), **kwargs)
+        output.imag += func(input.imag, weights.real, output=None, cval=np.imag(cval), **kwargs)
+    elif complex_input:
+        func(input.real, weights, output=output.real, cval=np.real(cval), **kwargs)
+        func(input.imag, weights, output=output.imag, cval=np.imag(cval), **kwargs)
+    else:
+        if np.iscomplexobj(cval):
+            raise ValueError("Cannot provide a complex-valued cval when the input is real.")
+        func(input, weights.real, output=output.real, cval=cval, **kwargs)
+        func(input, weights.imag, output=output.imag, cval=cval, **kwargs)
+    return output
+
+
+def _real_cval(cval):
+    if np.iscomplexobj(cval):
+        raise ValueError("Cannot provide a complex-valued cval when the input is real.")
+    return float(cval)
+
+
+# ----------------------------------------------------------------- correlation
+
+
+def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """``scipy.ndimage.correlate1d``: one-dimensional correlation along ``axis``."""
+    input = _input(input)
+    weights = np.asarray(weights)
+    if input.dtype.kind == "c" or weights.dtype.kind == "c":
+        if weights.dtype.kind == "c":
+            weights = weights.conj().astype(np.complex128, copy=False)
+        output = _get_output(output, input, complex_output=True)
+        return _complex_via_real_components(correlate1d, input, weights, output, cval, axis=axis, mode=mode,
+                                            origin=origin)
+    fresh = _fresh(output)
+    output = _get_output(output, input)
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.ndim != 1 or weights.shape[0] < 1:
+        raise RuntimeError("no filter weights given")
+    axis = _normalize_axis(axis, input.ndim)
+    if _invalid_origin(origin, len(weights)):
+        raise ValueError("Invalid origin; origin must satisfy -(len(weights) // 2) <= origin <= "
+                         "(len(weights)-1) // 2")
+    mode = _check_mode(mode)
+    cval = _real_cval(cval)
+    if input.size == 0:
+        return output
+    w = weights.tolist()
+    return _run(output, lambda t: F.correlate1d(t, w, axis, mode=mode, cval=cval, origin=int(origin)), input,
+                _fast32(input, output), fresh)
+
+
+def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """``scipy.ndimage.convolve1d``: one-dimensional convolution along ``axis``."""
+    weights = np.asarray(weights)
+    weights = weights[::-1]
+    origin = -origin
+    if not weights.shape[0] & 1:
+        origin -= 1
+    if weights.dtype.kind == "c":
+        weights = weights.conj()  # correlate1d conjugates complex weights back
+    return correlate1d(input, weights, axis, output, mode, cval, origin)
+
+
+def _correlate_or_convolve(input, weights, output, mode, cval, origin, convolution, axes):
+    input = _input(input)
+    weights = np.asarray(weights)
+    if input.dtype.kind == "c" or weights.dtype.kind == "c":
+        if weights.dtype.kind == "c" and not convolution:
+            weights = weights.conj()  # as np.correlate: conjugate the weights
+        output = _get_output(output, input, complex_output=True)
+        return _complex_via_real_components(
+            lambda i, w, output=None, cval=0.0, **kw: _correlate_or_convolve(i, w, output, cval=cval, **kw),
+            input, weights, output, cval, mode=mode, origin=origin, convolution=convolution, axes=axes)
+    given = axes is not None
+    axes = _check_axes(axes, input.ndim)
+    weights = np.asarray(weights, dtype=np.float64)
+    if len(axes) < input.ndim or given:
+        if weights.ndim != len(axes):
+            raise RuntimeError(f"weights.ndim ({weights.ndim}) must match len(axes) ({len(axes)})")
+        weights = np.expand_dims(weights, tuple(ax for ax in range(input.ndim) if ax not in axes))
+    origins = _normalize_sequence(origin, len(axes))
+    if len(axes) < input.ndim:
+        full = [0] * input.ndim
+        for o, ax in zip(origins, axes):
+            full[ax] = o
+        origins = full
+    wshape = [n for n in weights.shape if n > 0]
+    if len(wshape) != input.ndim:
+        raise RuntimeError("filter weights array has incorrect shape.")
+    if convolution:
+        weights = weights[tuple([slice(None, None, -1)] * weights.ndim)]
+        origins = [-o - (0 if weights.shape[i] & 1 else 1) for i, o in enumerate(origins)]
+    for o, n in zip(origins, wshape):
+        if _invalid_origin(o, n):
+            raise ValueError("Invalid origin; origin must satisfy -(weights.shape[k] // 2) <= origin[k] <= "
+                             "(weights.shape[k]-1) // 2")
+    fresh = _fresh(output)
+    output = _get_output(output, input)
+    mode = _check_mode(mode)
+    cval = _real_cval(cval)
+    if input.size == 0:
+        return output
+    # axes the kernel does not reach along (one tap at offset 0) are batch axes
+    keep = [i for i in range(input.ndim) if weights.shape[i] != 1 or origins[i] != 0]
+    if not keep:
+        keep = [input.ndim - 1]
+    if len(keep) > 3:
+        raise NotImplementedError(
+            f"torchfilters.ndimage.correlate filters up to 3 axes; these weights reach along {len(keep)}")
+    w = weights.reshape([weights.shape[i] for i in keep]).tolist()
+    org = [int(origins[i]) for i in keep]
+    return _run(output, lambda t: F.correlate(t, w, mode=mode, cval=cval, origin=org, axes=tuple(keep)), input,
+                _fast32(input, output), fresh)
+
+
+def correlate(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """``scipy.ndimage.correlate``: multidimensional correlation (the kernel is not flipped)."""
+    return _correlate_or_convolve(input, weights, output, mode, cval, origin, False, axes)
+
+
+def convolve(input, weights, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """``scipy.ndimage.convolve``: multidimensional convolution (the kernel is flipped)."""
+    return _correlate_or_convolve(input, weights, output, mode, cval, origin, True, axes)
+
+
+# ----------------------------------------------------------------- derivatives
+
+
+def _fusable(input, output, n_axes, modes=None):
+    """One fused call computes what SciPy's passes compute, to rounding: a real float result
+    (SciPy rounds each pass to it; no integer truncation in between), at most 3 axes."""
+    return (input.dtype.kind in "fiub?" and output.dtype.kind == "f" and n_axes <= 3 and input.size > 0)
+
+
+def _derivative_filter(input, axis, output, mode, cval, operator):
+    input = _input(input)
+    axis = _normalize_axis(axis, input.ndim)
+    fresh = _fresh(output)
+    output = _get_output(output, input)
+    modes = [_check_mode(m) for m in _normalize_sequence(mode, input.ndim)]
+    cval = _real_cval(cval)
+    if _fusable(input, output, input.ndim):
+        axes = tuple(range(input.ndim))
+        return _run(output, lambda t: F.derivative(t, axis, operator=operator, mode=tuple(modes), cval=cval,
+                                                   axes=axes), input, _fast32(input, output), fresh)
+    smooth = {"sobel": [1, 2, 1], "prewitt": [1, 1, 1]}[operator]
+    if _fusable(input, output, 3) and (cval == 0.0 or not any(m in ("constant", "grid-constant") for m in modes)):
+        # linear passes, one per axis, commute (constant mode with cval != 0 aside): fused
+        # calls of three axes each, the trailing ones first
+        passes = {a: (-1, (-1.0, 0.0, 1.0) if a == axis else tuple(map(float, smooth))) for a in range(input.ndim)}
+        return _run(output, lambda t: _sep_groups(t, passes, modes, cval), input, _fast32(input, output), fresh)
+    correlate1d(input, [-1, 0, 1], axis, output, modes[axis], cval, 0)
+    for ii in (a for a in range(input.ndim) if a != axis):
+        correlate1d(output, smooth, ii, output, modes[ii], cval, 0)
+    return output
+
+
+def _sep_groups(t, passes, modes, cval):
+    """``t`` filtered by one 1-D pass per axis (``passes[axis] = (lo, taps)``), as fused calls of
+    up to three axes each, from the last axes on."""
+    from .functional import _core
+
+    axes = sorted(passes)
+    while axes:
+        group, axes = tuple(axes[-3:]), axes[:-3]
+        lay = _core.layout(t, group)
+        sa = dict(zip(group, lay.spec_axes))
+        recipe = ("sep", tuple((sa[a], passes[a][0], passes[a][1]) for a in group))
+        t = _core.run(t, lay, tuple(_check_mode(modes[a]) for a in group), cval, "stack", (recipe,), None, None)
+    return t
+
+
+def sobel(input, axis=-1, output=None, mode="reflect", cval=0.0):
+    """``scipy.ndimage.sobel``: the Sobel derivative along ``axis``, smoothing every other axis."""
+    return _derivative_filter(input, axis, output, mode, cval, "sobel")
+
+
+def prewitt(input, axis=-1, output=None, mode="reflect", cval=0.0):
+    """``scipy.ndimage.prewitt``: the Prewitt derivative along ``axis``, smoothing every other axis."""
+    return _derivative_filter(input, axis, output, mode, cval, "prewitt")
+
+
+def generic_laplace(input, derivative2, output=None, mode="reflect", cval=0.0, extra_arguments=(),
+                    extra_keywords=None, *, axes=None):
+    """``scipy.ndimage.generic_laplace``: the sum over ``axes`` of ``derivative2`` along each."""
+    if extra_keywords is None:
+        extra_keywords = {}
+    input = np.asarray(input)
+    output = _get_output(output, input)
+    axes = _check_axes(axes, input.ndim)
+    if len(axes) > 0:
+        modes = _normalize_sequence(mode, len(axes))
+        derivative2(input, axes[0], output, modes[0], cval, *extra_arguments, **extra_keywords)
+        for ii in range(1, len(axes)):
+            tmp = derivative2(input, axes[ii], output.dtype, modes[ii], cval, *extra_arguments, **extra_keywords)
+            output += tmp
+    else:
+        output[...] = input[...]
+    return output
+
+
+def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
+    """``scipy.ndimage.laplace``: the sum over ``axes`` of ``[1, -2, 1]`` along each."""
+    a = _input(input)
+    fresh = _fresh(output)
+    out = _get_output(output, a) if a.dtype.kind != "c" else None
+    ax = _check_axes(axes, a.ndim)
+    if out is not None and 0 < len(ax) and _fusable(a, out, len(ax)):
+        modes = tuple(_check_mode(m) for m in _normalize_sequence(mode, len(ax)))
+        cv = _real_cval(cval)
+        return _run(out, lambda t: F.laplace(t, mode=modes, cval=cv, axes=ax), a, _fast32(a, out), fresh)
+
+    def derivative2(input, axis, output, mode, cval):
+        return correlate1d(input, [1, -2, 1], axis, output, mode, cval, 0)
+
+    return generic_laplace(a, derivative2, out if out is not None else output, mode, cval, axes=axes)
+
+
+def generic_gradient_magnitude(input, derivative, output=None, mode="reflect", cval=0.0, extra_arguments=(),
+                               extra_keywords=None, *, axes=None):
+    """``scipy.ndimage.generic_gradient_magnitude``: ``sqrt`` of the sum of squared derivatives."""
+    if extra_keywords is None:
+        extra_keywords = {}
+    input = np.asarray(input)
+    output = _get_output(output, input)
+    axes = _check_axes(axes, input.ndim)
+    if len(axes) > 0:
+        modes = _normalize_sequence(mode, len(axes))
+        derivative(input, axes[0], output, modes[0], cval, *extra_arguments, **extra_keywords)
+        np.multiply(output, output, output)
+        for ii in range(1, len(axes)):
+            tmp = derivative(input, axes[ii], output.dtype, modes[ii], cval, *extra_arguments, **extra_keywords)
+            np.multiply(tmp, tmp, tmp)
+            output += tmp
+        np.sqrt(output, output, casting="unsafe")
+    else:
+        output[...] = input[...]
+    return output
+
+
+# ----------------------------------------------------------------- Gaussian
+
+
+def _radius(truncate, sigma, radius):
+    lw = int(truncate * float(sigma) + 0.5)
+    if radius is not None:
+        lw = radius
+    if not isinstance(lw, numbers.Integral) or lw < 0:
+        raise ValueError("Radius must be a nonnegative integer.")
+    return int(lw)
+
+
+def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect", cval=0.0, truncate=4.0, *,
+                      radius=None):
+    """``scipy.ndimage.gaussian_filter1d``: a 1-D Gaussian (or its derivative) along ``axis``."""
+    sd = float(sigma)
+    lw = _radius(truncate, sd, radius)
+    if order < 0:
+        raise ValueError("order must be non-negative")
+    # correlation with the reversed kernel (SciPy's): kernels.gaussian_kernel1d is SciPy's, reversed
+    weights = np.asarray(kernels.gaussian_kernel1d(sd, int(order), lw), np.float64)
+    return correlate1d(input, weights, axis, output, mode, cval, 0)
+
+
+def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0, truncate=4.0, *, radius=None,
+                    axes=None):
+    """``scipy.ndimage.gaussian_filter``: one 1-D Gaussian per axis, in ``axes`` order."""
+    input = _input(input)
+    fresh = _fresh(output)
+    output = _get_output(output, input, complex_output=input.dtype.kind == "c") if input.dtype.kind == "c" \
+        else _get_output(output, input)
+    axes = _check_axes(axes, input.ndim)
+    n = len(axes)
+    orders = _normalize_sequence(order, n)
+    sigmas = _normalize_sequence(sigma, n)
+    modes = _normalize_sequence(mode, n)
+    radii = _normalize_sequence(radius, n)
+    todo = [(axes[i], sigmas[i], orders[i], modes[i], radii[i]) for i in range(n) if sigmas[i] > 1e-15]
+    if not todo:
+        output[...] = input[...]
+        return output
+    if (_fusable(input, output, len(todo)) and all(isinstance(o, numbers.Integral) and o >= 0 for _, _, o, _, _ in todo)
+            and (all(r is None for *_, r in todo) or all(r is not None for *_, r in todo))):
+        ax = tuple(a for a, *_ in todo)
+        sg = tuple(float(s) for _, s, *_ in todo)
+        od = tuple(int(o) for _, _, o, _, _ in todo)
+        md = tuple(_check_mode(m) for *_, m, _ in todo)
+        rd = None if todo[0][4] is None else tuple(_radius(truncate, s, r) for _, s, _, _, r in todo)
+        for _, s, _, _, r in todo:
+            _radius(truncate, s, r)  # SciPy's radius check
+        cv = _real_cval(cval)
+        return _run(output, lambda t: F.gaussian_filter(t, sg, order=od, mode=md, cval=cv, truncate=truncate,
+                                                        radius=rd, axes=ax), input, _fast32(input, output), fresh)
+    src = input
+    for axis, s, o, m, r in todo:
+        gaussian_filter1d(src, s, axis, o, output, m, cval, truncate, radius=r)
+        src = output
+    return output
+
+
+def _gaussian_derivatives(combine, order, input, sigma, output, mode, cval, axes, kwargs):
+    """SciPy's ``gaussian_laplace``/``gaussian_gradient_magnitude``: ``combine`` (the generic
+    function) of one ``gaussian_filter`` per axis, ``order`` along it, with ``sigma`` spread on
+    the input's axes (0 on the unchosen ones, as SciPy does)."""
+    input = np.asarray(input)
+
+    def derivative(input, axis, output, mode, cval, sigma, **kwargs):
+        orders = [0] * input.ndim
+        orders[axis] = order
+        return gaussian_filter(input, sigma, orders, output, mode, cval, **kwargs)
+
+    axes = _check_axes(axes, input.ndim)
+    sigma = _normalize_sequence(sigma, len(axes))
+    if len(axes) < input.ndim:
+        full = [0] * input.ndim
+        for s, ax in zip(sigma, axes):
+            full[ax] = s
+        sigma = full
+    return combine(input, derivative, output, mode, cval, extra_arguments=(sigma,), extra_keywords=kwargs, axes=axes)
+
+
+def gaussian_laplace(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
+    """``scipy.ndimage.gaussian_laplace``: the sum over ``axes`` of second Gaussian derivatives."""
+    return _gaussian_derivatives(generic_laplace, 2, input, sigma, output, mode, cval, axes, kwargs)
+
+
+def gaussian_gradient_magnitude(input, sigma, output=None, mode="reflect", cval=0.0, *, axes=None, **kwargs):
+    """``scipy.ndimage.gaussian_gradient_magnitude``: the gradient magnitude of Gaussian derivatives."""
+    return _gaussian_derivatives(generic_gradient_magnitude, 1, input, sigma, output, mode, cval, axes, kwargs)
+
+
+# ----------------------------------------------------------------- uniform
+
+
+def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """``scipy.ndimage.uniform_filter1d``: the mean over ``size`` samples along ``axis``."""
+    input = _input(input)
+    axis = _normalize_axis(axis, input.ndim)
+    if size < 1:
+        raise RuntimeError("incorrect filter size")
+    complex_output = input.dtype.kind == "c"
+    fresh = _fresh(output)
+    output = _get_output(output, input, complex_output=complex_output)
+    if (size // 2 + origin < 0) or (size // 2 + origin >= size):
+        raise ValueError("invalid origin")
+    mode = _check_mode(mode)
+    if complex_output:
+        uniform_filter1d(input.real, size, axis, output.real, mode, np.real(cval), origin)
+        uniform_filter1d(input.imag, size, axis, output.imag, mode, np.imag(cval), origin)
+        return output
+    cv = _real_cval(cval)
+    if input.size == 0:
+        return output
+    if _fast32(input, output):
+        return _run(output, lambda t: F.uniform_filter1d(t, int(size), axis, mode=mode, cval=cv, origin=int(origin)),
+                    input, True, fresh)
+    # the window's sum, then one division (SciPy's: an integer mean is exact where SciPy's is)
+    ones = [1.0] * int(size)
+    return _run(output, lambda t: F.correlate1d(t, ones, axis, mode=mode, cval=cv, origin=int(origin)) / size,
+                input, False, fresh)
+
+
+def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """``scipy.ndimage.uniform_filter``: the mean over ``size`` samples per axis."""
+    input = _input(input)
+    fresh = _fresh(output)
+    output = _get_output(output, input, complex_output=input.dtype.kind == "c")
+    axes = _check_axes(axes, input.ndim)
+    n = len(axes)
+    sizes = _normalize_sequence(size, n)
+    origins = _normalize_sequence(origin, n)
+    modes = _normalize_sequence(mode, n)
+    todo = [(axes[i], sizes[i], origins[i], modes[i]) for i in range(n) if sizes[i] > 1]
+    if not todo:
+        output[...] = input[...]
+        return output
+    if _fusable(input, output, len(todo)) and all(isinstance(s, numbers.Integral) for _, s, _, _ in todo):
+        for _, s, o, _ in todo:
+            if (s // 2 + o < 0) or (s // 2 + o >= s):
+                raise ValueError("invalid origin")
+        ax = tuple(a for a, *_ in todo)
+        md = tuple(_check_mode(m) for *_, m in todo)
+        cv = _real_cval(cval)
+        return _run(output, lambda t: F.uniform_filter(t, tuple(int(s) for _, s, _, _ in todo), mode=md, cval=cv,
+                                                       origin=tuple(int(o) for _, _, o, _ in todo), axes=ax),
+                    input, _fast32(input, output), fresh)
+    src = input
+    for axis, s, o, m in todo:
+        uniform_filter1d(src, int(s), axis, output, m, cval, o)
+        src = output
+    return output

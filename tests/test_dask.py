@@ -1,0 +1,105 @@
+"""``torchfilters.dask``: equal to ``torchfilters.ndimage`` on the whole array, on any chunking,
+on a real ``dask.distributed.LocalCluster`` (two worker processes), and out of core."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+da = pytest.importorskip("dask.array")
+distributed = pytest.importorskip("distributed")
+
+import torchfilters.dask as tfd  # noqa: E402
+import torchfilters.ndimage as tfn  # noqa: E402
+
+RNG = np.random.default_rng(0)
+W = RNG.random((3, 4))
+
+#: (name, call on a module and an array): the exact-by-construction cases (separable passes)
+EXACT = {
+    "gaussian_filter nearest": lambda m, x: m.gaussian_filter(x, 1.5, mode="nearest"),
+    "gaussian_filter constant cval": lambda m, x: m.gaussian_filter(x, (1.0, 2.0), mode="constant", cval=0.7),
+    "gaussian_filter wrap/reflect": lambda m, x: m.gaussian_filter(x, 1.2, mode=("wrap", "reflect")),
+    "gaussian_filter1d order 1": lambda m, x: m.gaussian_filter1d(x, 1.1, 0, 1, mode="mirror"),
+    "sobel constant": lambda m, x: m.sobel(x, 0, mode="constant", cval=1.0),
+    "prewitt": lambda m, x: m.prewitt(x, 1),
+    "laplace mirror": lambda m, x: m.laplace(x, mode="mirror"),
+    "uniform_filter origin": lambda m, x: m.uniform_filter(x, (4, 3), origin=(1, -1)),
+    "gaussian_gradient_magnitude": lambda m, x: m.gaussian_gradient_magnitude(x, 1.0),
+    "gaussian_laplace wrap": lambda m, x: m.gaussian_laplace(x, 1.0, mode="wrap"),
+}
+#: general kernels: equal to rounding (the engine's border and interior code sum in different orders)
+CLOSE = {
+    "correlate wrap": lambda m, x: m.correlate(x, W, origin=(0, 1), mode="wrap"),
+    "convolve reflect": lambda m, x: m.convolve(x, W, mode="reflect"),
+    "convolve1d": lambda m, x: m.convolve1d(x, [1.0, 2.0, 3.0, 4.0], axis=1, mode="nearest"),
+    "uniform_filter1d": lambda m, x: m.uniform_filter1d(x, 5, 1, mode="wrap"),
+}
+CHUNKINGS = [(10, 9), (4, 3), (37, 29), (13, (5, 7, 17)), ((1, 36), 29)]
+
+
+@pytest.mark.parametrize("chunks", CHUNKINGS, ids=str)
+def test_equal_to_the_whole_array_on_any_chunking(chunks):
+    a = RNG.random((37, 29))
+    x = da.from_array(a, chunks=chunks)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tfd.ChunksTooSmallWarning)
+        for name, f in EXACT.items():
+            y = f(tfd, x)
+            assert isinstance(y, da.Array)
+            assert np.array_equal(y.compute(), f(tfn, a)), name
+        for name, f in CLOSE.items():
+            np.testing.assert_allclose(f(tfd, x).compute(), f(tfn, a), rtol=1e-13, atol=1e-14, err_msg=name)
+
+
+def test_thin_chunks_are_merged_with_a_warning():
+    a = RNG.random((40, 40))
+    x = da.from_array(a, chunks=(3, 40))
+    with pytest.warns(tfd.ChunksTooSmallWarning, match="reach"):
+        y = tfd.gaussian_filter(x, 2.0)  # radius 8 > 3
+    assert np.array_equal(y.compute(), tfn.gaussian_filter(a, 2.0))
+
+
+def test_volume_and_integer_dtype():
+    v = (RNG.random((20, 18, 16)) * 200).astype(np.uint8)
+    x = da.from_array(v, chunks=(7, 9, 8))
+    y = tfd.gaussian_filter(x, 1.0)
+    assert y.dtype == np.uint8
+    assert np.array_equal(y.compute(), tfn.gaussian_filter(v, 1.0))
+
+
+def test_local_cluster_with_two_worker_processes(tmp_path):
+    a = RNG.random((256, 200)).astype(np.float32)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  local_directory=str(tmp_path)) as cluster, distributed.Client(cluster) as client:
+        x = da.from_array(a, chunks=(64, 50))
+        y = tfd.gaussian_filter(x, 2.0)
+        got = client.compute(y).result()
+        assert len(client.scheduler_info()["workers"]) == 2
+    assert np.array_equal(got, tfn.gaussian_filter(a, 2.0))
+
+
+def test_out_of_core_zarr(tmp_path):
+    """2 GiB on disk through two workers of 640 MiB each (a worker process is ~380 MiB with torch
+    loaded): filtered and written back chunk by chunk, no worker killed or paused for long."""
+    zarr = pytest.importorskip("zarr")
+    shape, chunks = (16384, 32768), (1024, 2048)  # float32: 2 GiB, 8 MiB chunks
+    src = zarr.create_array(str(tmp_path / "in.zarr"), shape=shape, chunks=chunks, dtype="f4", compressors=None)
+    row = np.random.default_rng(1).random((chunks[0], shape[1]), dtype=np.float32)
+    for i in range(0, shape[0], chunks[0]):
+        src[i:i + chunks[0]] = np.roll(row, i, axis=1)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  memory_limit="640MiB", local_directory=str(tmp_path)) as cluster, \
+            distributed.Client(cluster) as client:
+        x = da.from_zarr(str(tmp_path / "in.zarr"))
+        y = tfd.uniform_filter(x, 5)
+        da.to_zarr(y, str(tmp_path / "out.zarr"), overwrite=True, compute=True)
+        assert len(client.scheduler_info()["workers"]) == 2  # none died
+    out = zarr.open_array(str(tmp_path / "out.zarr"), mode="r")
+    sl = (slice(1000, 1600), slice(2000, 2600))  # across chunk seams on both axes
+    ref = tfn.uniform_filter(np.asarray(src[990:1610, 1990:2610]), 5)[10:-10, 10:-10]
+    assert np.array_equal(np.asarray(out[sl]), ref)
+    edge = tfn.uniform_filter(np.asarray(src[-40:, -40:]), 5)[-20:, -20:]  # the array's corner: mode applied
+    assert np.array_equal(np.asarray(out[-20:, -20:]), edge)
