@@ -177,7 +177,7 @@ def test_folder_input_is_sorted_and_non_recursive(tmp_path):
 
 
 def test_no_input_runs_on_sample_images(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "SAMPLE_IMAGES", ("camera", "astronaut", "checkerboard"))
+    monkeypatch.setattr(cli.inputs, "SAMPLE_IMAGES", ("camera", "astronaut", "checkerboard"))
     out = tmp_path / "demo"
     assert cli.main(["edges", "--out", str(out)]) == 0
     names = sorted(p.name for p in out.iterdir())
