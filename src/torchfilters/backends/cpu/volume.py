@@ -1,0 +1,434 @@
+"""The volume engine: ``sep`` specs over three axes (or two or one, with per-axis modes) fused in
+one pass per call, forward and backward.  The planar engine hands it what ``_planar`` cannot
+map to planes (``cpu/__init__``).
+
+**Runs here.**  :class:`~torchfilters._spec.FilterSpec` whose stencils are ``sep`` with at most
+one pass per axis and finite taps, epilogues ``stack`` (``K >= 1`` components), ``sum`` and
+``magnitude``; every mode, per-axis modes, any radius on any size (``_lowering.lower`` first),
+``constant`` mode with any finite ``cval`` (SciPy's sequential padding reproduced exactly:
+``volume_plan``).  Backward: the transposed passes; for ``magnitude`` two phases (the forward
+passes write ``g * y_k / |y|``, 0 where ``|y| = 0``, into ``K`` temporaries; then the
+transposed passes sum them).
+
+**Falls back to** ``reference``: dense stencils, the ``direction`` epilogue, two passes along
+one axis, non-finite taps, ``constant`` mode with a non-finite ``cval``, and every
+:class:`~torchfilters._spec.BlurSpec` (selective blur).
+
+**Kernel.**  One kernel per compute dtype (float32, float64) runs every plan (``volume_plan``
+describes the tables).  Work items are ``(volume, block of rows, chunk of planes)``; per output
+plane: the z-passes of the rows the block reads (input rows read in place) into per-thread row
+slots, then per output row the y-passes into padded rows (pads folded), the x-passes, the
+epilogue and one store.  Every pass is one routine (:func:`_comb`: a row as a weighted sum of
+rows, four vectors of accumulators in registers).  float16/bfloat16 inputs, rows of non-unit
+stride and leading dimensions that do not collapse are copied to a contiguous float32 tensor
+first; outputs that the kernel cannot write in place go through a temporary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from llvmlite import ir
+from numba import njit
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..._spec import FilterSpec
+from .. import reference
+from .._layout import collapse_planes
+from .._lowering import lower
+from .buffers import _alloc
+from .plan import _small
+from .prims import _JIT, _cvt, _ptr
+from .separable import _VL
+from .simd import _vfma, _vld, _vldm, _vmul, _vadd, _vnz, _vsplat, _vst, _vstm
+from .threads import _launch, _threads
+from .volume_plan import (
+    EPI_MAG, EPI_MAGSCALE, EPI_STACK, EPI_SUM, ST_LEN, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
+    V_K, V_MAXE, V_NBY, V_NYN, V_NZC, V_NZN, V_PADL, V_PADR, V_PADT, V_RS, V_SLOT, V_SMAX, V_W, V_XN, V_XS, V_YN,
+    V_ZC, V_ZN, V_ZS, plan, supported,
+)
+
+__all__ = ["filter_forward", "filter_backward", "blur_forward", "blur_backward", "runs"]
+
+# per-call layout L: per role [n1, s0, s1, sK, sD, sH] (elements), then the number of volumes
+R_SRC, R_OUT, R_AUX = 0, 6, 12
+L_NV = 18
+
+
+@intrinsic
+def _vsqrt(typingctx, a):
+    """Lane-wise ``sqrt`` (``llvm.sqrt``: exact, IEEE)."""
+
+    def codegen(context, builder, sig, args):
+        vt = args[0].type
+        sfx = f"v{vt.count}{'f32' if isinstance(vt.element, ir.FloatType) else 'f64'}"
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt]), f"llvm.sqrt.{sfx}")
+        return builder.call(fn, [args[0]])
+
+    return a(a), codegen
+
+
+@njit(**_JIT)
+def _voff(Lp, r, v):
+    n1 = Lp[r]
+    return (v // n1) * Lp[r + 1] + (v % n1) * Lp[r + 2]
+
+
+@njit(**_JIT)
+def _comb(dst, d0, src, offs, w, w0, ne, n, L):
+    """``dst[d0 + j] = sum_e w[w0 + e] * src[offs[e] + j]`` for ``j < n`` (tails masked: nothing
+    past ``n`` is read or written).  Four vectors of accumulators per step."""
+    j = 0
+    if ne == 0:
+        zv = _vmul(_vnz(dst), _vnz(dst))
+        while j + L <= n:
+            _vst(dst, d0 + j, zv)
+            j += L
+        if j < n:
+            _vstm(dst, d0 + j, zv, n - j)
+        return
+    while j + 4 * L <= n:
+        wv = _vsplat(w, w0)
+        o = offs[0] + j
+        a0 = _vmul(wv, _vld(src, o))
+        a1 = _vmul(wv, _vld(src, o + L))
+        a2 = _vmul(wv, _vld(src, o + 2 * L))
+        a3 = _vmul(wv, _vld(src, o + 3 * L))
+        for e in range(1, ne):
+            wv = _vsplat(w, w0 + e)
+            o = offs[e] + j
+            a0 = _vfma(wv, _vld(src, o), a0)
+            a1 = _vfma(wv, _vld(src, o + L), a1)
+            a2 = _vfma(wv, _vld(src, o + 2 * L), a2)
+            a3 = _vfma(wv, _vld(src, o + 3 * L), a3)
+        _vst(dst, d0 + j, a0)
+        _vst(dst, d0 + j + L, a1)
+        _vst(dst, d0 + j + 2 * L, a2)
+        _vst(dst, d0 + j + 3 * L, a3)
+        j += 4 * L
+    while j + L <= n:
+        a0 = _vmul(_vsplat(w, w0), _vld(src, offs[0] + j))
+        for e in range(1, ne):
+            a0 = _vfma(_vsplat(w, w0 + e), _vld(src, offs[e] + j), a0)
+        _vst(dst, d0 + j, a0)
+        j += L
+    if j < n:
+        m = n - j
+        a0 = _vmul(_vsplat(w, w0), _vldm(src, offs[0] + j, m))
+        for e in range(1, ne):
+            a0 = _vfma(_vsplat(w, w0 + e), _vldm(src, offs[e] + j, m), a0)
+        _vstm(dst, d0 + j, a0, m)
+
+
+@njit(**_JIT)
+def _epilogue(epi, out, o0, oK, X, XS, aux, a0, K, W, F, L):
+    """Combine the ``K`` stencil rows ``X[k*XS ..]`` of one output row (``sum``, ``magnitude``,
+    ``magscale``: ``out[k] = g * X[k] / |X|``, 0 where ``|X| = 0``)."""
+    if epi == EPI_MAGSCALE:
+        for j in range(W):
+            s = X[j] * X[j]
+            for k in range(1, K):
+                s += X[k * XS + j] * X[k * XS + j]
+            m = np.sqrt(s)
+            sc = F[1] if m == 0 else aux[a0 + j] / m
+            for k in range(K):
+                out[o0 + k * oK + j] = sc * X[k * XS + j]
+        return
+    j = 0
+    while j < W:
+        n = min(L, W - j)
+        a = _vld(X, j)
+        if epi == EPI_MAG:
+            a = _vmul(a, a)
+            for k in range(1, K):
+                b = _vld(X, k * XS + j)
+                a = _vfma(b, b, a)
+            a = _vsqrt(a)
+        else:
+            for k in range(1, K):
+                a = _vadd(a, _vld(X, k * XS + j))
+        if n == L:
+            _vst(out, o0 + j, a)
+        else:
+            _vstm(out, o0 + j, a, n)
+        j += L
+
+
+@njit(**_JIT)
+def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
+    """Work items ``it0 .. it1`` of a volume plan (``volume_plan``): source ``sa``, output ``oa``,
+    auxiliary ``aa`` (the gradient, ``magscale``), all of the compute dtype of ``fz``."""
+    Fc = _cvt(fz, Fa)
+    F = _ptr(Fc.ctypes.data, fz)
+    P = _ptr(Pa.ctypes.data, Pa[0])
+    Lp = _ptr(La.ctypes.data, La[0])
+    src = _ptr(sa, fz)
+    out = _ptr(oa, fz)
+    aux = _ptr(aa, fz)
+    D = P[V_D]
+    H = P[V_H]
+    W = P[V_W]
+    K = P[V_K]
+    epi = P[V_EPI]
+    NZN = P[V_NZN]
+    NYN = P[V_NYN]
+    BY = P[V_BY]
+    NBY = P[V_NBY]
+    ZC = P[V_ZC]
+    NZC = P[V_NZC]
+    G = P[V_G]
+    RS = P[V_RS]
+    ZS = P[V_ZS]
+    SMAX = P[V_SMAX]
+    corr = P[V_CORR] != 0
+    padl = P[V_PADL]
+    padr = P[V_PADR]
+    padt = P[V_PADT]
+    zn = P[V_ZN]
+    yn = P[V_YN]
+    xn = P[V_XN]
+    slot = P[V_SLOT]
+    XS = P[V_XS]
+    epos = P[V_EPOS]
+    fent = P[V_FENT]
+    fcorr = P[V_FCORR]
+    L = _VL(fz)
+    cval = F[0]
+    zero = F[1]
+    zbuf = np.empty(NZN * SMAX * ZS + L, Fc.dtype)
+    Z = _ptr(zbuf.ctypes.data, fz)
+    ybuf = np.zeros(NYN * RS + L, Fc.dtype)
+    Y = _ptr(ybuf.ctypes.data, fz)
+    xbuf = np.zeros(K * XS + L, Fc.dtype)
+    X = _ptr(xbuf.ctypes.data, fz)
+    obuf = np.empty(P[V_MAXE] + 1, np.int64)
+    OF = _ptr(obuf.ctypes.data, obuf[0])
+    sK, sD, sH = Lp[R_SRC + 3], Lp[R_SRC + 4], Lp[R_SRC + 5]
+    oK, oD, oH = Lp[R_OUT + 3], Lp[R_OUT + 4], Lp[R_OUT + 5]
+    aD, aH = Lp[R_AUX + 4], Lp[R_AUX + 5]
+    per = NBY * NZC
+    for it in range(it0, it1):
+        v = it // per
+        rem = it % per
+        b = rem // NZC
+        zc = rem % NZC
+        y0 = b * BY
+        y1 = min(H, y0 + BY)
+        z0 = zc * ZC
+        z1 = min(D, z0 + ZC)
+        sb = _voff(Lp, R_SRC, v)
+        ob = _voff(Lp, R_OUT, v)
+        ab = _voff(Lp, R_AUX, v)
+        sp = P[slot + b]
+        ns = P[sp]
+        for z in range(z0, z1):
+            # z-passes of the rows this block reads, into the slots
+            for a in range(NZN):
+                comp = P[zn + 2 * a]
+                ip = P[zn + 2 * a + 1]
+                e0 = P[ip + z]
+                ne = P[ip + z + 1] - e0
+                for s in range(ns):
+                    base = sb + comp * sK + P[sp + 1 + s] * sH
+                    for e in range(ne):
+                        OF[e] = base + P[epos + e0 + e] * sD
+                    _comb(Z, (a * SMAX + s) * ZS, src, OF, F, fent + e0, ne, W, L)
+            for i in range(y0, y1):
+                # y-passes into padded rows
+                for c in range(NYN):
+                    par = P[yn + 2 * c]
+                    ip = P[yn + 2 * c + 1]
+                    e0 = P[ip + i]
+                    ne = P[ip + i + 1] - e0
+                    for e in range(ne):
+                        OF[e] = (par * SMAX + P[epos + e0 + e]) * ZS
+                    yb = c * RS + G
+                    _comb(Y, yb, Z, OF, F, fent + e0, ne, W, L)
+                    for q in range(padl):
+                        t = P[padt + q]
+                        Y[yb - padl + q] = Y[yb + t] if t >= 0 else zero
+                    for q in range(padr):
+                        t = P[padt + padl + q]
+                        Y[yb + W + q] = Y[yb + t] if t >= 0 else zero
+                # x-passes, fix-ups, constant-mode corrections
+                orow = ob + z * oD + i * oH
+                for k in range(K):
+                    d = xn + ST_LEN * k
+                    yb = P[d] * RS + G
+                    x0 = P[d + 1]
+                    nx = P[d + 2]
+                    for e in range(nx):
+                        OF[e] = yb + P[epos + x0 + e]
+                    if epi == EPI_STACK:
+                        dst = out
+                        d0 = orow + k * oK
+                    else:
+                        dst = X
+                        d0 = k * XS
+                    _comb(dst, d0, Y, OF, F, fent + x0, nx, W, L)
+                    fp = P[d + 4]
+                    for f in range(P[d + 3]):
+                        col = P[fp + 3 * f]
+                        fe0 = P[fp + 3 * f + 1]
+                        acc = zero
+                        for e in range(P[fp + 3 * f + 2]):
+                            acc += F[fent + fe0 + e] * Y[yb + P[epos + fe0 + e]]
+                        dst[d0 + col] = acc
+                    if corr:
+                        cp = P[d + 6]
+                        for m in range(P[d + 5]):
+                            cz = cval * F[fcorr + P[cp + 3 * m] + z] * F[fcorr + P[cp + 3 * m + 1] + i]
+                            tx = fcorr + P[cp + 3 * m + 2]
+                            for j in range(W):
+                                dst[d0 + j] += cz * F[tx + j]
+                if epi != EPI_STACK:
+                    _epilogue(epi, out, orow, oK, X, XS, aux, ab + z * aD + i * aH, K, W, F, L)
+    return zbuf.size + ybuf.size + xbuf.size + obuf.size
+
+
+# ----------------------------------------------------------------------------
+# host side
+
+def _cd(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _vol(t, ndim, k=False):
+    """``t`` (``(..., [K,] *spatial)``, ``ndim`` spatial axes) as ``(..., [K,] D, H, W)``."""
+    for _ in range(3 - ndim):
+        t = t.unsqueeze(-ndim - 1)
+    return t
+
+
+def _role(t, k):
+    """``[n1, s0, s1, sK, sD, sH]`` of a volume tensor ``(..., [K,] D, H, W)`` with rows of unit
+    stride, or None."""
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        return None
+    nd = 4 if k else 3
+    lead = collapse_planes(t.shape[:-nd], t.stride()[:-nd])
+    if lead is None:
+        return None
+    st = t.stride()
+    return [lead[0], lead[1], lead[2], st[-4] if k else 0, st[-3], st[-2]]
+
+
+def _source(t, cd, k=False):
+    """``t`` as the kernel reads it: compute dtype, unit-stride rows, collapsible lead dims."""
+    if t.dtype != cd:
+        t = t.to(cd)
+    r = _role(t, k)
+    if r is None:
+        t = t.contiguous()
+        r = _role(t, k)
+    return t, r
+
+
+def _target(out, shape, cd, k):
+    """(tensor the kernel writes, its role, whether it is a temporary to copy into ``out``)."""
+    if out is not None and out.dtype == cd:
+        r = _role(out, k)
+        if r is not None:
+            return out, r, False
+    o = _alloc(shape, cd) if out is None else torch.empty(shape, dtype=cd)
+    return o, _role(o, k), out is not None
+
+
+_NONE = [1, 0, 0, 0, 0, 0]
+
+
+def _run(vp, nv, s, rs, o, ro, a=None, ra=None):
+    L = np.asarray(rs + ro + (ra or _NONE) + [nv], np.int64)
+    carrier = np.float64(0) if s.dtype == torch.float64 else np.float32(0)
+    D, H, W = s.shape[-3:]
+    _launch(_k_vol, (s.data_ptr(), o.data_ptr(), 0 if a is None else a.data_ptr(), carrier, vp.P, vp.F, L),
+            vp.nitems, _threads(), _small(nv * D, H, W))
+
+
+def runs(spec) -> bool:
+    """Does this engine run ``spec`` (the others go to ``reference``)?"""
+    return supported(spec)
+
+
+def _nvol(shape, k=False):
+    return int(np.prod(shape[:-4 if k else -3])) if len(shape) > (4 if k else 3) else 1
+
+
+def filter_forward(x, spec: FilterSpec, out=None):
+    if not isinstance(spec, FilterSpec) or x.numel() == 0:
+        return reference.filter_forward(x, spec, out)
+    spec = lower(spec, x.shape)
+    if not supported(spec):
+        return reference.filter_forward(x, spec, out)
+    cd = _cd(x.dtype)
+    nd = spec.ndim
+    K = len(spec.stencils)
+    comps = spec.epilogue == "stack" and K > 1
+    oshape = spec.out_shape(x.shape)
+    s, rs = _source(_vol(x, nd), cd)
+    sizes = tuple(s.shape[-3:])
+    nv = _nvol(s.shape)
+    vp = plan(spec, sizes, False, nv, _threads(), 8 if cd == torch.float64 else 4)
+    o3shape = s.shape[:-3] + ((K,) if comps else ()) + sizes
+    if out is None and x.dtype != cd:
+        tmp = torch.empty(o3shape, dtype=cd)
+        _run(vp, nv, s, rs, tmp, _role(tmp, comps))
+        return tmp.to(x.dtype).view(oshape)
+    o, ro, copy = _target(None if out is None else _vol(out, nd), o3shape, cd, comps)
+    _run(vp, nv, s, rs, o, ro)
+    if out is None:
+        return o.view(oshape)
+    if copy:
+        _vol(out, nd).copy_(o)
+    return out
+
+
+def filter_backward(grad, x, spec: FilterSpec, out=None):
+    if not isinstance(spec, FilterSpec) or x.numel() == 0:
+        return reference.filter_backward(grad, x, spec, out)
+    spec = lower(spec, x.shape)
+    if not supported(spec):
+        return reference.filter_backward(grad, x, spec, out)
+    cd = _cd(x.dtype)
+    nd = spec.ndim
+    K = len(spec.stencils)
+    isz = 8 if cd == torch.float64 else 4
+    nt = _threads()
+    x3 = _vol(x, nd)
+    sizes = tuple(x3.shape[-3:])
+    lead = x3.shape[:-3]
+    nv = _nvol(x3.shape)
+    comps = spec.epilogue == "stack" and K > 1
+    if spec.epilogue == "magnitude":
+        # phase 1: g * y_k / |y| into K temporaries (forward passes); phase 2: their transposes
+        s, rs = _source(x3, cd)
+        g, rg = _source(_vol(grad.expand(spec.out_shape(x.shape)), nd), cd)
+        tmp = torch.empty(lead + (K,) + sizes, dtype=cd)
+        vp = plan(spec, sizes, False, nv, nt, isz, magscale=True)
+        _run(vp, nv, s, rs, tmp, _role(tmp, True), g, rg)
+        src, rsrc = tmp, _role(tmp, True)
+        bspec = spec._replace(epilogue="stack")  # each stencil reads its own component
+    else:
+        src, rsrc = _source(_vol(grad.expand(spec.out_shape(x.shape)), nd), cd, comps)
+        bspec = spec
+    vb = plan(bspec, sizes, True, nv, nt, isz)
+    if out is None and x.dtype != cd:
+        o = torch.empty(lead + sizes, dtype=cd)
+        _run(vb, nv, src, rsrc, o, _role(o, False))
+        return o.to(x.dtype).view(x.shape)
+    o, ro, copy = _target(None if out is None else _vol(out, nd), lead + sizes, cd, False)
+    _run(vb, nv, src, rsrc, o, ro)
+    if out is None:
+        return o.view(x.shape)
+    if copy:
+        _vol(out, nd).copy_(o)
+    return out
+
+
+def blur_forward(x, mask, spec, threshold, out=None):
+    return reference.blur_forward(x, mask, spec, threshold, out)
+
+
+def blur_backward(grad, x, mask, spec, threshold, out=None):
+    return reference.blur_backward(grad, x, mask, spec, threshold, out)
