@@ -1,0 +1,308 @@
+"""The CPU engine's volume path (``backends/cpu/volume.py``): ``sep`` specs over three axes, and
+two-axis specs with per-axis modes, fused forward and backward.
+
+SciPy in float64 is the oracle (per 3-D slice of ``(..., D, H, W)``); the public API is called
+with ``axes=(-3, -2, -1)`` and ``backend="cpu"``.  ``no_reference`` makes sure the volume engine,
+not the reference fallback, ran.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.ndimage as ndi
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import torchfilters as tf
+from torchfilters._spec import FilterSpec, sep
+from torchfilters.backends import reference
+from torchfilters.backends.cpu import volume
+
+AX = (-3, -2, -1)
+MODES = ("reflect", "mirror", "nearest", "wrap", "constant")
+MIX = ("wrap", "constant", "mirror")  # one mode per axis
+CVAL = 0.7
+
+
+@pytest.fixture
+def no_reference(monkeypatch):
+    """The reference engine raises: a test using this runs on the volume engine alone."""
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the reference engine ran")
+
+    for name in ("filter_forward", "filter_backward", "filter_compute", "filter_vjp"):
+        monkeypatch.setattr(reference, name, boom)
+
+
+def slices(fn, a):
+    """``fn`` applied to every 3-D slice of ``a`` (float64)."""
+    a = np.asarray(a, np.float64)
+    flat = a.reshape((-1,) + a.shape[-3:])
+    return np.stack([fn(v) for v in flat]).reshape(a.shape[:-3] + fn(flat[0]).shape)
+
+
+def _sobel_mag(v, mode, cval):
+    return np.sqrt(sum(ndi.sobel(v, axis=q, mode=mode, cval=cval) ** 2 for q in range(3)))
+
+
+# (name, ours(x, mode, cval), scipy(v, mode, cval)) -- SciPy's modes may be a sequence
+OPS = {
+    "gaussian": (lambda x, m, c: tf.gaussian_filter(x, (1.0, 1.5, 0.8), axes=AX, mode=m, cval=c, backend="cpu"),
+                 lambda v, m, c: ndi.gaussian_filter(v, (1.0, 1.5, 0.8), mode=m, cval=c)),
+    # radius 12 on axes of size 1 .. 7: the folds wrap many times
+    "gaussian_wide": (lambda x, m, c: tf.gaussian_filter(x, 3.0, axes=AX, mode=m, cval=c, backend="cpu"),
+                      lambda v, m, c: ndi.gaussian_filter(v, 3.0, mode=m, cval=c)),
+    "sobel_magnitude": (lambda x, m, c: tf.gradient_magnitude(x, operator="sobel", axes=AX, mode=m, cval=c,
+                                                              backend="cpu"),
+                        _sobel_mag),
+    "laplace": (lambda x, m, c: tf.laplace(x, axes=AX, mode=m, cval=c, backend="cpu"),
+                lambda v, m, c: ndi.laplace(v, mode=m, cval=c)),
+    "uniform": (lambda x, m, c: tf.uniform_filter(x, size=(3, 4, 5), axes=AX, mode=m, cval=c, backend="cpu"),
+                lambda v, m, c: ndi.uniform_filter(v, size=(3, 4, 5), mode=m, cval=c)),
+    "gaussian_laplace": (lambda x, m, c: tf.gaussian_laplace(x, 1.2, axes=AX, mode=m, cval=c, backend="cpu"),
+                         lambda v, m, c: ndi.gaussian_laplace(v, 1.2, mode=m, cval=c)),
+    "gaussian_gradient_magnitude": (
+        lambda x, m, c: tf.gaussian_gradient_magnitude(x, 1.1, axes=AX, mode=m, cval=c, backend="cpu"),
+        lambda v, m, c: ndi.gaussian_gradient_magnitude(v, 1.1, mode=m, cval=c)),
+}
+
+#: SciPy's generic_gradient_magnitude / generic_laplace hand the derivative along axis ``i`` the one
+#: mode ``modes[i]`` for every axis; torchfilters gives every pass its own axis's mode
+_ONE_MODE_PER_TERM = ("gaussian_laplace", "gaussian_gradient_magnitude")
+
+SHAPES = [(2, 5, 6, 7), (1, 1, 1, 1), (2, 2, 1, 3), (1, 3, 2, 9), (7, 2, 1)]
+
+
+def _check(name, x, mode, cval, rtol=1e-10, atol=1e-10):
+    ours, ref = OPS[name]
+    y = ours(x, mode, cval)
+    want = slices(lambda v: ref(v, mode, cval), x.double().numpy())
+    np.testing.assert_allclose(y.double().numpy(), want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("mode", MODES + (MIX,), ids=str)
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_forward_matches_scipy(name, mode, no_reference):
+    if isinstance(mode, tuple) and name in _ONE_MODE_PER_TERM:
+        pytest.skip("SciPy runs each axis's term of this op with that axis's mode on every axis")
+    torch.manual_seed(0)
+    for shape in SHAPES:
+        x = torch.randn(shape, dtype=torch.float64)
+        _check(name, x, mode, CVAL)
+
+
+def _deriv_oracle(v, q, smooth, mode, cval):
+    """SciPy's ``sobel`` order for any smoothing: the derivative along ``q`` first, then the
+    smoothing along the other axes in order, each pass padding its own input."""
+    m = mode if isinstance(mode, tuple) else (mode,) * 3
+    out = ndi.correlate1d(v, [-1.0, 0.0, 1.0], axis=q, mode=m[q], cval=cval)
+    for a in range(3):
+        if a != q:
+            out = ndi.correlate1d(out, smooth, axis=a, mode=m[a], cval=cval)
+    return out
+
+
+@pytest.mark.parametrize("operator,smooth", [("sobel", [1.0, 2.0, 1.0]), ("scharr", [3.0, 10.0, 3.0])])
+def test_gradient_components(operator, smooth, no_reference):
+    torch.manual_seed(1)
+    x = torch.randn(2, 4, 5, 6, dtype=torch.float64)
+    for mode in MODES + (MIX,):
+        g = tf.gradient(x, operator=operator, axes=AX, mode=mode, cval=CVAL, backend="cpu")
+        assert g.shape == (2, 3, 4, 5, 6)
+        for q in range(3):
+            want = slices(lambda v: _deriv_oracle(v, q, smooth, mode, CVAL), x.numpy())
+            np.testing.assert_allclose(g[:, q].numpy(), want, rtol=1e-10, atol=1e-9)
+
+
+@pytest.mark.parametrize("modes", [("wrap", "nearest"), ("constant", "reflect"), ("mirror", "constant")])
+def test_two_axes_per_axis_modes(modes, no_reference):
+    """A 2-D spec whose axes have different modes runs as volumes of depth 1."""
+    torch.manual_seed(2)
+    x = torch.randn(3, 2, 7, 9, dtype=torch.float64)
+    y = tf.gaussian_filter(x, (1.3, 2.5), mode=modes, cval=CVAL, backend="cpu")
+    want = ndi.gaussian_filter(x.numpy(), (1.3, 2.5), mode=modes, cval=CVAL, axes=(-2, -1))
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-10, atol=1e-10)
+    m = tf.gradient_magnitude(x, operator="sobel", mode=modes, cval=CVAL, backend="cpu")
+    flat = x.numpy().reshape(-1, 7, 9)
+    want = np.stack([np.sqrt(sum(ndi.sobel(v, axis=a, mode=modes, cval=CVAL) ** 2 for a in (0, 1))) for v in flat])
+    want = want.reshape(x.shape)
+    np.testing.assert_allclose(m.numpy(), want, rtol=1e-10, atol=1e-10)
+
+
+def test_two_of_three_axes(no_reference):
+    """``axes=(-3, -1)``: a 3-axis spec that reads nothing along -2, with per-axis modes."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 5, 4, 6, dtype=torch.float64)
+    y = tf.gaussian_filter(x, (1.0, 2.0), axes=(-3, -1), mode=("nearest", "wrap"), backend="cpu")
+    want = ndi.gaussian_filter(x.numpy(), (1.0, 2.0), axes=(-3, -1), mode=("nearest", "wrap"))
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-10, atol=1e-10)
+
+
+@given(d=st.integers(1, 6), h=st.integers(1, 6), w=st.integers(1, 20), sigma=st.floats(0.3, 4.0),
+       mode=st.sampled_from(MODES) | st.tuples(*[st.sampled_from(MODES)] * 3),
+       op=st.sampled_from(sorted(OPS)))
+def test_sampled(d, h, w, sigma, mode, op):
+    torch.manual_seed(d * 100 + h * 10 + w)
+    x = torch.randn(2, d, h, w, dtype=torch.float64)
+    y = tf.gaussian_filter(x, sigma, axes=AX, mode=mode, cval=CVAL, backend="cpu")
+    want = slices(lambda v: ndi.gaussian_filter(v, sigma, mode=mode, cval=CVAL), x.numpy())
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-10, atol=1e-10)
+    if not (isinstance(mode, tuple) and op in _ONE_MODE_PER_TERM):
+        _check(op, x, mode, CVAL)
+
+
+# ----------------------------------------------------------------- dtypes, layouts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["gaussian", "sobel_magnitude", "laplace", "gaussian_gradient_magnitude"])
+def test_low_precision(name, dtype, no_reference):
+    torch.manual_seed(4)
+    x = torch.rand(2, 5, 6, 17).to(dtype)
+    ours, ref = OPS[name]
+    y = ours(x, "reflect", 0.0)
+    assert y.dtype == dtype
+    want = slices(lambda v: ref(v, "reflect", 0.0), x.double().numpy())
+    eps = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}[dtype]
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(y.double().numpy(), want, rtol=2 * eps, atol=4 * eps * scale)
+
+
+def test_layouts_and_out(no_reference):
+    torch.manual_seed(5)
+    base = torch.randn(2, 3, 6, 7, 10, dtype=torch.float64)
+    want = tf.gaussian_filter(base.contiguous(), 1.2, axes=AX, backend="cpu")
+    views = {
+        "channels_last_3d": base.contiguous(memory_format=torch.channels_last_3d),
+        "sliced": torch.randn(2, 3, 8, 9, 10, dtype=torch.float64)[:, :, 1:7, 2:9],
+        "transposed": base.transpose(0, 1).contiguous().transpose(0, 1),
+        "strided_rows": torch.randn(2, 3, 6, 7, 20, dtype=torch.float64)[..., ::2],
+        "permuted_spatial": base.permute(0, 1, 2, 4, 3).contiguous().permute(0, 1, 2, 4, 3),
+    }
+    views["sliced"][...] = base
+    views["strided_rows"][...] = base
+    for name, v in views.items():
+        y = tf.gaussian_filter(v, 1.2, axes=AX, backend="cpu")
+        torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12, msg=name)
+    # out=: contiguous (in place), non-contiguous (through a temporary)
+    out = torch.empty_like(base)
+    r = tf.gaussian_filter(base, 1.2, axes=AX, backend="cpu", out=out)
+    assert r is out
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    out = torch.empty(2, 3, 6, 10, 7, dtype=torch.float64).transpose(-1, -2)
+    tf.gaussian_filter(base, 1.2, axes=AX, backend="cpu", out=out)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    g = tf.gradient(base, operator="sobel", axes=AX, backend="cpu")
+    out = torch.empty(3, 2, 3, 6, 7, 10, dtype=torch.float64).permute(1, 2, 0, 3, 4, 5)
+    tf.gradient(base, operator="sobel", axes=AX, backend="cpu", out=out)
+    torch.testing.assert_close(out, g, rtol=1e-12, atol=1e-12)
+    # float32 out of a float32 input, written in place
+    x32 = base.float()
+    o32 = torch.empty_like(x32)
+    tf.gradient_magnitude(x32, operator="sobel", axes=AX, backend="cpu", out=o32)
+    torch.testing.assert_close(o32, tf.gradient_magnitude(base, operator="sobel", axes=AX).float(), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_empty():
+    for shape in [(0, 4, 5, 6), (2, 0, 5, 6), (2, 3, 5, 0)]:
+        x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        y = tf.gradient_magnitude(x, operator="sobel", axes=AX, backend="cpu")
+        assert y.shape == x.shape
+        y.sum().backward()
+        assert x.grad.shape == x.shape
+        g = tf.gradient(x.detach(), operator="sobel", axes=AX, backend="cpu")
+        assert g.shape == shape[:-3] + (3,) + shape[-3:]
+
+
+# ----------------------------------------------------------------------- gradients
+
+
+GRAD_OPS = {
+    "gaussian": lambda x, m, b: tf.gaussian_filter(x, (0.8, 1.4, 1.0), axes=AX, mode=m, cval=CVAL, backend=b),
+    "gaussian_wide": lambda x, m, b: tf.gaussian_filter(x, 2.0, axes=AX, mode=m, backend=b),
+    "gradient": lambda x, m, b: tf.gradient(x, operator="sobel", axes=AX, mode=m, cval=CVAL, backend=b),
+    "sobel_magnitude": lambda x, m, b: tf.gradient_magnitude(x, operator="sobel", axes=AX, mode=m, backend=b),
+    "gaussian_gradient_magnitude": lambda x, m, b: tf.gaussian_gradient_magnitude(x, 0.9, axes=AX, mode=m,
+                                                                                 backend=b),
+    "laplace": lambda x, m, b: tf.laplace(x, axes=AX, mode=m, cval=CVAL, backend=b),
+    "uniform": lambda x, m, b: tf.uniform_filter(x, size=(2, 3, 4), axes=AX, mode=m, backend=b),
+}
+
+
+@pytest.mark.parametrize("mode", MODES + (MIX,), ids=str)
+@pytest.mark.parametrize("name", sorted(GRAD_OPS))
+def test_gradcheck(name, mode, no_reference):
+    torch.manual_seed(6)
+    for shape in [(1, 3, 4, 5), (2, 1, 2, 3)]:
+        x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda t: GRAD_OPS[name](t, mode, "cpu"), (x,), eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_OPS))
+def test_backward_matches_reference(name):
+    torch.manual_seed(7)
+    x = torch.randn(2, 6, 7, 19, dtype=torch.float64, requires_grad=True)
+    for mode in MODES + (MIX,):
+        yc = GRAD_OPS[name](x, mode, "cpu")
+        g = torch.randn_like(yc)
+        (gc,) = torch.autograd.grad(yc, x, g)
+        (gr,) = torch.autograd.grad(GRAD_OPS[name](x, mode, "reference"), x, g)
+        torch.testing.assert_close(gc, gr, rtol=1e-10, atol=1e-10)
+
+
+def test_magnitude_gradient_zero_on_flat(no_reference):
+    x = torch.ones(1, 4, 5, 6, dtype=torch.float64, requires_grad=True)
+    y = tf.gradient_magnitude(x, operator="sobel", axes=AX, mode="nearest", backend="cpu")
+    assert (y == 0).all()
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all() and (x.grad == 0).all()
+    x = torch.ones(1, 4, 5, 6, requires_grad=True)  # float32, through the same kernel
+    tf.gradient_magnitude(x, operator="sobel", axes=AX, mode="reflect", backend="cpu").sum().backward()
+    assert (x.grad == 0).all()
+
+
+def test_low_precision_backward(no_reference):
+    torch.manual_seed(8)
+    x64 = torch.randn(2, 4, 5, 9, dtype=torch.float64)
+    g64 = torch.randn(2, 4, 5, 9, dtype=torch.float64)
+    ref = None
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        x = x64.to(dtype).detach().clone().requires_grad_()
+        y = tf.gaussian_filter(x, 1.0, axes=AX, mode="mirror", backend="cpu")
+        y.backward(g64.to(dtype))
+        assert x.grad.dtype == dtype
+        if ref is None:
+            ref = x.grad
+        else:
+            tol = 1e-5 if dtype == torch.float32 else 3e-2
+            torch.testing.assert_close(x.grad.double(), ref, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------------- fallbacks
+
+
+def test_what_falls_back():
+    """Dense 3-D stencils and selective blur go to the reference engine (and are right)."""
+    torch.manual_seed(9)
+    x = torch.randn(1, 4, 5, 6, dtype=torch.float64)
+    w = np.random.default_rng(0).standard_normal((3, 2, 3))
+    y = tf.correlate(x, w.tolist(), axes=AX, mode="wrap", backend="cpu")
+    np.testing.assert_allclose(y.numpy()[0], ndi.correlate(x.numpy()[0], w, mode="wrap"), rtol=1e-10, atol=1e-10)
+    b = tf.selective_blur(x, 0.0, sigma=1.0, axes=AX, backend="cpu")
+    r = tf.selective_blur(x, 0.0, sigma=1.0, axes=AX, backend="reference")
+    torch.testing.assert_close(b, r)
+    st = sep((-3, -1, (1.0, 0.0, -1.0)))
+    assert volume.runs(FilterSpec("reflect", 0.0, "magnitude", (st, st), 3))
+    assert not volume.runs(FilterSpec("reflect", 0.0, "direction", (st, st), 3))
+    assert not volume.runs(FilterSpec("constant", float("nan"), "stack", (st,), 3))
+    assert not volume.runs(FilterSpec("reflect", 0.0, "stack", (sep((-1, -1, (1.0, 1.0)), (-1, -1, (1.0, 1.0))),), 3))
+
+
+def test_no_reference_fixture_catches_a_fallback(no_reference):
+    x = torch.randn(1, 3, 3, 3, dtype=torch.float64)
+    with pytest.raises(AssertionError, match="reference engine ran"):
+        tf.correlate(x, np.ones((2, 2, 2)).tolist(), axes=AX, backend="cpu")
