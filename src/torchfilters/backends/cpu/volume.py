@@ -40,13 +40,13 @@ from .._lowering import lower
 from .buffers import _alloc
 from .plan import _small
 from .prims import _JIT, _cvt, _ptr
-from .separable import _VL
+from .separable import _VL, _ldv, _stv
 from .simd import _vfma, _vld, _vldm, _vmul, _vadd, _vnz, _vsplat, _vst, _vstm
 from .threads import _launch, _threads
 from .volume_plan import (
     EPI_MAG, EPI_MAGSCALE, EPI_STACK, EPI_SUM, ST_LEN, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
     V_K, V_MAXE, V_NBY, V_NYN, V_NZC, V_NZN, V_PADL, V_PADR, V_PADT, V_RS, V_SLOT, V_SMAX, V_W, V_XN, V_XS, V_YN,
-    V_ZC, V_ZN, V_ZS, plan, supported,
+    V_ZC, V_ZN, V_ZS, R, plan, supported,
 )
 
 __all__ = ["filter_forward", "filter_backward", "blur_forward", "blur_backward", "runs"]
@@ -67,6 +67,18 @@ def _vsqrt(typingctx, a):
         return builder.call(fn, [args[0]])
 
     return a(a), codegen
+
+
+@intrinsic
+def _vscale(typingctx, g, m):
+    """Lane-wise ``g / m``, 0 where ``m == 0`` (the magnitude's gradient scale)."""
+
+    def codegen(context, builder, sig, args):
+        gv, mv = args
+        zero = ir.Constant(mv.type, None)
+        return builder.select(builder.fcmp_ordered("==", mv, zero), zero, builder.fdiv(gv, mv))
+
+    return g(g, m), codegen
 
 
 @njit(**_JIT)
@@ -122,20 +134,71 @@ def _comb(dst, d0, src, offs, w, w0, ne, n, L):
 
 
 @njit(**_JIT)
+def _comb8(dst, d0, dstride, src, s0, sstride, w, w0, ne, n, L):
+    """``R = 8`` regular rows at once: ``dst[d0 + r*dstride + j] = sum_e w[w0 + e] *
+    src[s0 + (r + e)*sstride + j]`` for ``r < 8``, ``j < n``.  The eight source rows a tap reads
+    slide through registers: one load per tap for eight outputs."""
+    for j in range(0, n, L):
+        m = min(L, n - j)
+        o = s0 + j
+        x0 = _ldv(src, o, m, L)
+        x1 = _ldv(src, o + sstride, m, L)
+        x2 = _ldv(src, o + 2 * sstride, m, L)
+        x3 = _ldv(src, o + 3 * sstride, m, L)
+        x4 = _ldv(src, o + 4 * sstride, m, L)
+        x5 = _ldv(src, o + 5 * sstride, m, L)
+        x6 = _ldv(src, o + 6 * sstride, m, L)
+        x7 = _ldv(src, o + 7 * sstride, m, L)
+        wv = _vsplat(w, w0)
+        a0 = _vmul(wv, x0)
+        a1 = _vmul(wv, x1)
+        a2 = _vmul(wv, x2)
+        a3 = _vmul(wv, x3)
+        a4 = _vmul(wv, x4)
+        a5 = _vmul(wv, x5)
+        a6 = _vmul(wv, x6)
+        a7 = _vmul(wv, x7)
+        for e in range(1, ne):
+            x0, x1, x2, x3, x4, x5, x6 = x1, x2, x3, x4, x5, x6, x7
+            x7 = _ldv(src, o + (e + 7) * sstride, m, L)
+            wv = _vsplat(w, w0 + e)
+            a0 = _vfma(wv, x0, a0)
+            a1 = _vfma(wv, x1, a1)
+            a2 = _vfma(wv, x2, a2)
+            a3 = _vfma(wv, x3, a3)
+            a4 = _vfma(wv, x4, a4)
+            a5 = _vfma(wv, x5, a5)
+            a6 = _vfma(wv, x6, a6)
+            a7 = _vfma(wv, x7, a7)
+        q = d0 + j
+        _stv(dst, q, a0, m, L)
+        _stv(dst, q + dstride, a1, m, L)
+        _stv(dst, q + 2 * dstride, a2, m, L)
+        _stv(dst, q + 3 * dstride, a3, m, L)
+        _stv(dst, q + 4 * dstride, a4, m, L)
+        _stv(dst, q + 5 * dstride, a5, m, L)
+        _stv(dst, q + 6 * dstride, a6, m, L)
+        _stv(dst, q + 7 * dstride, a7, m, L)
+
+
+@njit(**_JIT)
 def _epilogue(epi, out, o0, oK, X, XS, aux, a0, K, W, F, L):
     """Combine the ``K`` stencil rows ``X[k*XS ..]`` of one output row (``sum``, ``magnitude``,
     ``magscale``: ``out[k] = g * X[k] / |X|``, 0 where ``|X| = 0``)."""
-    if epi == EPI_MAGSCALE:
-        for j in range(W):
-            s = X[j] * X[j]
-            for k in range(1, K):
-                s += X[k * XS + j] * X[k * XS + j]
-            m = np.sqrt(s)
-            sc = F[1] if m == 0 else aux[a0 + j] / m
-            for k in range(K):
-                out[o0 + k * oK + j] = sc * X[k * XS + j]
-        return
     j = 0
+    if epi == EPI_MAGSCALE:
+        while j < W:
+            n = min(L, W - j)
+            a = _vld(X, j)
+            s = _vmul(a, a)
+            for k in range(1, K):
+                b = _vld(X, k * XS + j)
+                s = _vfma(b, b, s)
+            sc = _vscale(_ldv(aux, a0 + j, n, L), _vsqrt(s))
+            for k in range(K):
+                _stv(out, o0 + k * oK + j, _vmul(sc, _vld(X, k * XS + j)), n, L)
+            j += L
+        return
     while j < W:
         n = min(L, W - j)
         a = _vld(X, j)
@@ -196,9 +259,10 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
     L = _VL(fz)
     cval = F[0]
     zero = F[1]
-    zbuf = np.empty(NZN * SMAX * ZS + L, Fc.dtype)
+    ZP = NZN * SMAX * ZS  # one plane's slots
+    zbuf = np.empty(R * ZP + L, Fc.dtype)
     Z = _ptr(zbuf.ctypes.data, fz)
-    ybuf = np.zeros(NYN * RS + L, Fc.dtype)
+    ybuf = np.zeros(NYN * R * RS + L, Fc.dtype)
     Y = _ptr(ybuf.ctypes.data, fz)
     xbuf = np.zeros(K * XS + L, Fc.dtype)
     X = _ptr(xbuf.ctypes.data, fz)
@@ -222,68 +286,95 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
         ab = _voff(Lp, R_AUX, v)
         sp = P[slot + b]
         ns = P[sp]
-        for z in range(z0, z1):
-            # z-passes of the rows this block reads, into the slots
+        z = z0
+        while z < z1:
+            nz = R if z + R <= z1 else 1
+            # z-passes of the rows this block reads, into the slots of planes z .. z+nz-1
             for a in range(NZN):
-                comp = P[zn + 2 * a]
-                ip = P[zn + 2 * a + 1]
-                e0 = P[ip + z]
-                ne = P[ip + z + 1] - e0
-                for s in range(ns):
-                    base = sb + comp * sK + P[sp + 1 + s] * sH
-                    for e in range(ne):
-                        OF[e] = base + P[epos + e0 + e] * sD
-                    _comb(Z, (a * SMAX + s) * ZS, src, OF, F, fent + e0, ne, W, L)
-            for i in range(y0, y1):
-                # y-passes into padded rows
-                for c in range(NYN):
-                    par = P[yn + 2 * c]
-                    ip = P[yn + 2 * c + 1]
-                    e0 = P[ip + i]
-                    ne = P[ip + i + 1] - e0
-                    for e in range(ne):
-                        OF[e] = (par * SMAX + P[epos + e0 + e]) * ZS
-                    yb = c * RS + G
-                    _comb(Y, yb, Z, OF, F, fent + e0, ne, W, L)
-                    for q in range(padl):
-                        t = P[padt + q]
-                        Y[yb - padl + q] = Y[yb + t] if t >= 0 else zero
-                    for q in range(padr):
-                        t = P[padt + padl + q]
-                        Y[yb + W + q] = Y[yb + t] if t >= 0 else zero
-                # x-passes, fix-ups, constant-mode corrections
-                orow = ob + z * oD + i * oH
-                for k in range(K):
-                    d = xn + ST_LEN * k
-                    yb = P[d] * RS + G
-                    x0 = P[d + 1]
-                    nx = P[d + 2]
-                    for e in range(nx):
-                        OF[e] = yb + P[epos + x0 + e]
-                    if epi == EPI_STACK:
-                        dst = out
-                        d0 = orow + k * oK
-                    else:
-                        dst = X
-                        d0 = k * XS
-                    _comb(dst, d0, Y, OF, F, fent + x0, nx, W, L)
-                    fp = P[d + 4]
-                    for f in range(P[d + 3]):
-                        col = P[fp + 3 * f]
-                        fe0 = P[fp + 3 * f + 1]
-                        acc = zero
-                        for e in range(P[fp + 3 * f + 2]):
-                            acc += F[fent + fe0 + e] * Y[yb + P[epos + fe0 + e]]
-                        dst[d0 + col] = acc
-                    if corr:
-                        cp = P[d + 6]
-                        for m in range(P[d + 5]):
-                            cz = cval * F[fcorr + P[cp + 3 * m] + z] * F[fcorr + P[cp + 3 * m + 1] + i]
-                            tx = fcorr + P[cp + 3 * m + 2]
-                            for j in range(W):
-                                dst[d0 + j] += cz * F[tx + j]
-                if epi != EPI_STACK:
-                    _epilogue(epi, out, orow, oK, X, XS, aux, ab + z * aD + i * aH, K, W, F, L)
+                comp = P[zn + 3 * a]
+                ip = P[zn + 3 * a + 1]
+                if nz == R and P[P[zn + 3 * a + 2] + z] != 0:
+                    e0 = P[ip + z]
+                    ne = P[ip + z + 1] - e0
+                    for s in range(ns):
+                        base = sb + comp * sK + P[sp + 1 + s] * sH + P[epos + e0] * sD
+                        _comb8(Z, (a * SMAX + s) * ZS, ZP, src, base, sD, F, fent + e0, ne, W, L)
+                    continue
+                for r in range(nz):
+                    e0 = P[ip + z + r]
+                    ne = P[ip + z + r + 1] - e0
+                    for s in range(ns):
+                        base = sb + comp * sK + P[sp + 1 + s] * sH
+                        for e in range(ne):
+                            OF[e] = base + P[epos + e0 + e] * sD
+                        _comb(Z, r * ZP + (a * SMAX + s) * ZS, src, OF, F, fent + e0, ne, W, L)
+            for r in range(nz):
+                zz = z + r
+                i = y0
+                while i < y1:
+                    ni = R if i + R <= y1 else 1
+                    # y-passes into padded rows
+                    for c in range(NYN):
+                        par = P[yn + 3 * c]
+                        ip = P[yn + 3 * c + 1]
+                        zb = r * ZP + par * SMAX * ZS
+                        yb = c * R * RS + G
+                        if ni == R and P[P[yn + 3 * c + 2] + i] != 0:
+                            e0 = P[ip + i]
+                            ne = P[ip + i + 1] - e0
+                            _comb8(Y, yb, RS, Z, zb + P[epos + e0] * ZS, ZS, F, fent + e0, ne, W, L)
+                        else:
+                            for t in range(ni):
+                                e0 = P[ip + i + t]
+                                ne = P[ip + i + t + 1] - e0
+                                for e in range(ne):
+                                    OF[e] = zb + P[epos + e0 + e] * ZS
+                                _comb(Y, yb + t * RS, Z, OF, F, fent + e0, ne, W, L)
+                        for t in range(ni):
+                            yr = yb + t * RS
+                            for q in range(padl):
+                                u = P[padt + q]
+                                Y[yr - padl + q] = Y[yr + u] if u >= 0 else zero
+                            for q in range(padr):
+                                u = P[padt + padl + q]
+                                Y[yr + W + q] = Y[yr + u] if u >= 0 else zero
+                    for t in range(ni):
+                        row = i + t
+                        # x-passes, fix-ups, constant-mode corrections
+                        orow = ob + zz * oD + row * oH
+                        for k in range(K):
+                            d = xn + ST_LEN * k
+                            yb = (P[d] * R + t) * RS + G
+                            x0 = P[d + 1]
+                            nx = P[d + 2]
+                            for e in range(nx):
+                                OF[e] = yb + P[epos + x0 + e]
+                            if epi == EPI_STACK:
+                                dst = out
+                                d0 = orow + k * oK
+                            else:
+                                dst = X
+                                d0 = k * XS
+                            _comb(dst, d0, Y, OF, F, fent + x0, nx, W, L)
+                            fp = P[d + 4]
+                            for f in range(P[d + 3]):
+                                col = P[fp + 3 * f]
+                                fe0 = P[fp + 3 * f + 1]
+                                acc = zero
+                                for e in range(P[fp + 3 * f + 2]):
+                                    acc += F[fent + fe0 + e] * Y[yb + P[epos + fe0 + e]]
+                                dst[d0 + col] = acc
+                            if corr:
+                                cp = P[d + 6]
+                                for m in range(P[d + 5]):
+                                    cz = cval * F[fcorr + P[cp + 3 * m] + zz] * F[fcorr + P[cp + 3 * m + 1] + row]
+                                    tx = fcorr + P[cp + 3 * m + 2]
+                                    for j in range(W):
+                                        dst[d0 + j] += cz * F[tx + j]
+                        if epi != EPI_STACK:
+                            _epilogue(epi, out, orow, oK, X, XS, aux, ab + zz * aD + row * aH, K, W, F, L)
+                    i += ni
+            z += nz
     return zbuf.size + ybuf.size + xbuf.size + obuf.size
 
 
@@ -404,7 +495,7 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
         # phase 1: g * y_k / |y| into K temporaries (forward passes); phase 2: their transposes
         s, rs = _source(x3, cd)
         g, rg = _source(_vol(grad.expand(spec.out_shape(x.shape)), nd), cd)
-        tmp = torch.empty(lead + (K,) + sizes, dtype=cd)
+        tmp = _alloc(lead + (K,) + sizes, cd)  # (the output cache: no page faults once warm)
         vp = plan(spec, sizes, False, nv, nt, isz, magscale=True)
         _run(vp, nv, s, rs, tmp, _role(tmp, True), g, rg)
         src, rsrc = tmp, _role(tmp, True)

@@ -49,8 +49,10 @@ ST_LEN = 7  # per stencil: y-node, x entries start, count, fix-ups count, offset
 EPI_STACK, EPI_SUM, EPI_MAG, EPI_MAGSCALE = 0, 1, 2, 3
 _EPI = {"stack": EPI_STACK, "sum": EPI_SUM, "magnitude": EPI_MAG}
 
-#: bytes of z-pass row slots a work item keeps (per thread: they should stay in L2)
-_SLOT_BYTES = 320 << 10
+#: output rows (planes) one register-blocked step of the z- and y-passes computes
+R = 8
+#: bytes of z-pass row slots a work item keeps (``R`` planes of them, per thread)
+_SLOT_BYTES = 1536 << 10
 #: smallest block of rows on large planes
 _MIN_BY = 16
 
@@ -119,6 +121,25 @@ def _csr_backward(p, n, mode):
             if s >= 0 and w != 0.0:
                 rows[s].append((i, w))
     return rows
+
+
+def _runs(rows, block=None):
+    """Per row ``i``: 1 where rows ``i .. i+R-1`` are *regular* -- the same weights on consecutive
+    sources, shifted by one per row (and, with ``block``, in one block of rows): the register-
+    blocked step computes them together, one load per tap for ``R`` rows."""
+    n = len(rows)
+    sig = []
+    for row in rows:
+        ok = bool(row) and all(row[e + 1][0] == row[e][0] + 1 for e in range(len(row) - 1))
+        sig.append((tuple(w for _, w in row), row[0][0]) if ok else None)
+    out = [0] * n
+    for i in range(n - R + 1):
+        s0 = sig[i]
+        if s0 is None or (block and i // block != (i + R - 1) // block):
+            continue
+        if all(sig[i + r] is not None and sig[i + r][0] == s0[0] and sig[i + r][1] == s0[1] + r for r in range(1, R)):
+            out[i] = 1
+    return out
 
 
 def _inside(p, n, mode):
@@ -197,7 +218,7 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
     ey = (max(ext) - min(ext)) if ext else 0
     Wr = -(-W // lanes) * lanes
     ZS = Wr + (lanes if (Wr * isz) % 4096 == 0 else 0)
-    rows_fit = _SLOT_BYTES // max(1, NZN * ZS * isz)
+    rows_fit = _SLOT_BYTES // max(1, R * NZN * ZS * isz)
     BY = H if H + ey <= rows_fit else min(H, max(_MIN_BY, rows_fit - ey))
     NBY = -(-H // BY)
     slots_of = []
@@ -283,7 +304,7 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
     # z-node table: comp, indptr position
     zn = []
     for comp, rows in zn_tab:
-        zn += [comp, put(add_rows(rows))]
+        zn += [comp, put(add_rows(rows)), put(_runs(rows))]
         maxe = max(maxe, max((len(r) for r in rows), default=0))
     # y-node table: parent, indptr position (entries: slot of the row's block)
     yn = []
@@ -294,7 +315,7 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
             sl = slots_of[i // BY]
             pos = {r: j for j, r in enumerate(sl)}
             srows.append([(pos[s], w) for s, w in row])
-        yn += [a, put(add_rows(srows))]
+        yn += [a, put(add_rows(srows)), put(_runs(srows, BY))]
         maxe = max(maxe, max((len(r) for r in rows), default=0))
     # stencils
     stt = []
