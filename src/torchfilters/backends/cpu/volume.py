@@ -10,9 +10,12 @@ one pass per axis and finite taps, epilogues ``stack`` (``K >= 1`` components), 
 passes write ``g * y_k / |y|``, 0 where ``|y| = 0``, into ``K`` temporaries; then the
 transposed passes sum them).
 
+Selective blur (:class:`~torchfilters._spec.BlurSpec` with such a stencil): the blur and its
+transpose run here, the masks, selects and the normalised mean's division are torch
+elementwise ops in the compute dtype (the reference engine's formulas; not fused yet).
+
 **Falls back to** ``reference``: dense stencils, the ``direction`` epilogue, two passes along
-one axis, non-finite taps, ``constant`` mode with a non-finite ``cval``, and every
-:class:`~torchfilters._spec.BlurSpec` (selective blur).
+one axis, non-finite taps, ``constant`` mode with a non-finite ``cval``.
 
 **Kernel.**  One kernel per compute dtype (float32, float64) runs every plan (``volume_plan``
 describes the tables).  Work items are ``(volume, block of rows, chunk of planes)``; per output
@@ -33,7 +36,7 @@ from numba import njit
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..._spec import FilterSpec
+from ..._spec import BlurSpec, FilterSpec
 from .. import reference
 from .._layout import collapse_planes
 from .._lowering import lower
@@ -90,7 +93,8 @@ def _voff(Lp, r, v):
 @njit(**_JIT)
 def _comb(dst, d0, src, offs, w, w0, ne, n, L):
     """``dst[d0 + j] = sum_e w[w0 + e] * src[offs[e] + j]`` for ``j < n`` (tails masked: nothing
-    past ``n`` is read or written).  Four vectors of accumulators per step."""
+    past ``n`` is read or written).  Eight (then four, then one) vectors of accumulators per step:
+    enough independent chains to keep both FMA pipes busy."""
     j = 0
     if ne == 0:
         zv = _vmul(_vnz(dst), _vnz(dst))
@@ -100,7 +104,39 @@ def _comb(dst, d0, src, offs, w, w0, ne, n, L):
         if j < n:
             _vstm(dst, d0 + j, zv, n - j)
         return
-    while j + 4 * L <= n:
+    while j + 8 * L <= n:
+        wv = _vsplat(w, w0)
+        o = offs[0] + j
+        a0 = _vmul(wv, _vld(src, o))
+        a1 = _vmul(wv, _vld(src, o + L))
+        a2 = _vmul(wv, _vld(src, o + 2 * L))
+        a3 = _vmul(wv, _vld(src, o + 3 * L))
+        a4 = _vmul(wv, _vld(src, o + 4 * L))
+        a5 = _vmul(wv, _vld(src, o + 5 * L))
+        a6 = _vmul(wv, _vld(src, o + 6 * L))
+        a7 = _vmul(wv, _vld(src, o + 7 * L))
+        for e in range(1, ne):
+            wv = _vsplat(w, w0 + e)
+            o = offs[e] + j
+            a0 = _vfma(wv, _vld(src, o), a0)
+            a1 = _vfma(wv, _vld(src, o + L), a1)
+            a2 = _vfma(wv, _vld(src, o + 2 * L), a2)
+            a3 = _vfma(wv, _vld(src, o + 3 * L), a3)
+            a4 = _vfma(wv, _vld(src, o + 4 * L), a4)
+            a5 = _vfma(wv, _vld(src, o + 5 * L), a5)
+            a6 = _vfma(wv, _vld(src, o + 6 * L), a6)
+            a7 = _vfma(wv, _vld(src, o + 7 * L), a7)
+        q = d0 + j
+        _vst(dst, q, a0)
+        _vst(dst, q + L, a1)
+        _vst(dst, q + 2 * L, a2)
+        _vst(dst, q + 3 * L, a3)
+        _vst(dst, q + 4 * L, a4)
+        _vst(dst, q + 5 * L, a5)
+        _vst(dst, q + 6 * L, a6)
+        _vst(dst, q + 7 * L, a7)
+        j += 8 * L
+    if j + 4 * L <= n:
         wv = _vsplat(w, w0)
         o = offs[0] + j
         a0 = _vmul(wv, _vld(src, o))
@@ -517,9 +553,58 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
     return out
 
 
+def _blur_linear(spec):
+    """The linear part of a :class:`BlurSpec` as a one-stencil :class:`FilterSpec` (its ``cval``;
+    ``normalized`` blurs use 0: outside the image nothing is masked), or None where this engine
+    does not run it."""
+    fs = FilterSpec(spec.mode, 0.0 if spec.normalized else spec.cval, "stack", (spec.stencil,), spec.ndim)
+    return fs if supported(fs) else None
+
+
+def _finish(y, dtype, out):
+    if out is None:
+        return y.to(dtype)
+    out.copy_(y)
+    return out
+
+
 def blur_forward(x, mask, spec, threshold, out=None):
-    return reference.blur_forward(x, mask, spec, threshold, out)
+    """Selective blur: the blur (one fused pass) here, the select / masked mean in torch, in the
+    compute dtype (the reference engine's formulas)."""
+    if not isinstance(spec, BlurSpec) or x.numel() == 0:
+        return reference.blur_forward(x, mask, spec, threshold, out)
+    spec = lower(spec, x.shape)
+    fs = _blur_linear(spec)
+    if fs is None:
+        return reference.blur_forward(x, mask, spec, threshold, out)
+    m, w = reference.blur_masks(x, reference._selected(x, mask, threshold), spec, threshold)
+    xc = x.to(_cd(x.dtype))
+    if not spec.normalized:
+        return _finish(torch.where(w, filter_forward(xc, fs), xc), x.dtype, out)
+    mf = m.to(xc.dtype).expand(x.shape)
+    num = filter_forward(torch.where(m, xc, torch.zeros((), dtype=xc.dtype)), fs)
+    den = filter_forward(mf, fs)
+    use = w & (den > 0)
+    return _finish(torch.where(use, num / torch.where(use, den, torch.ones_like(den)), xc), x.dtype, out)
 
 
 def blur_backward(grad, x, mask, spec, threshold, out=None):
-    return reference.blur_backward(grad, x, mask, spec, threshold, out)
+    if not isinstance(spec, BlurSpec) or x.numel() == 0:
+        return reference.blur_backward(grad, x, mask, spec, threshold, out)
+    spec = lower(spec, x.shape)
+    fs = _blur_linear(spec)
+    if fs is None:
+        return reference.blur_backward(grad, x, mask, spec, threshold, out)
+    m, w = reference.blur_masks(x, reference._selected(x, mask, threshold), spec, threshold)
+    cd = _cd(x.dtype)
+    xc = x.to(cd)
+    g = grad.to(cd).expand(x.shape)
+    zero = torch.zeros((), dtype=cd)
+    if not spec.normalized:
+        dx = filter_backward(torch.where(w, g, zero), xc, fs) + torch.where(w, zero, g)
+        return _finish(dx, x.dtype, out)
+    mf = m.to(cd).expand(x.shape)
+    den = filter_forward(mf, fs)
+    use = w & (den > 0)
+    gd = torch.where(use, g / torch.where(use, den, torch.ones_like(den)), zero)
+    return _finish(mf * filter_backward(gd, xc, fs) + torch.where(use, zero, g), x.dtype, out)
