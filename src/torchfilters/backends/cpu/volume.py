@@ -43,13 +43,13 @@ from .._lowering import lower
 from .buffers import _alloc
 from .plan import _small
 from .prims import _JIT, _cvt, _ptr
-from .separable import _VL, _ldv, _stv
-from .simd import _vfma, _vld, _vldm, _vmul, _vadd, _vnz, _vsplat, _vst, _vstm
+from .separable import _VL, _hpair, _ldv, _stv, _vblock
+from .simd import _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vsplat, _vst, _vstm, _vwts
 from .threads import _launch, _threads
 from .volume_plan import (
     EPI_MAG, EPI_MAGSCALE, EPI_STACK, EPI_SUM, ST_LEN, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
     V_K, V_MAXE, V_NBY, V_NYN, V_NZC, V_NZN, V_PADL, V_PADR, V_PADT, V_RS, V_SLOT, V_SMAX, V_W, V_XN, V_XS, V_YN,
-    V_ZC, V_ZN, V_ZS, R, plan, supported,
+    V_ZC, V_ZN, V_ZP, V_ZS, V_RMAX, NODE_LEN, R, plan, supported,
 )
 
 __all__ = ["filter_forward", "filter_backward", "blur_forward", "blur_backward", "runs"]
@@ -218,6 +218,19 @@ def _comb8(dst, d0, dstride, src, s0, sstride, w, w0, ne, n, L):
 
 
 @njit(**_JIT)
+def _xsym(dst, d0, V, q0, n, w, r, L):
+    """A symmetric x-pass of radius ``r >= 1``: ``dst[d0 + j] = w[0]*V[q0 + j] + sum_k w[k] *
+    (V[q0 + j - k] + V[q0 + j + k])``, ``j < n`` (``separable._hpair``: the left windows are
+    shuffles of aligned vectors, no cache-line-splitting loads)."""
+    w0 = _vsplat(w, 0)
+    nz = _vnz(w)
+    WT = _vwts(w, 0)
+    hoisted = r <= L
+    for j in range(0, n, 2 * L):
+        _hpair(dst, d0 + j, V, q0 + j, min(n - j, 2 * L), w0, nz, WT, w, r, L, hoisted, False)
+
+
+@njit(**_JIT)
 def _epilogue(epi, out, o0, oK, X, XS, aux, a0, K, W, F, L):
     """Combine the ``K`` stencil rows ``X[k*XS ..]`` of one output row (``sum``, ``magnitude``,
     ``magscale``: ``out[k] = g * X[k] / |X|``, 0 where ``|X| = 0``)."""
@@ -295,11 +308,16 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
     L = _VL(fz)
     cval = F[0]
     zero = F[1]
-    ZP = NZN * SMAX * ZS  # one plane's slots
-    zbuf = np.empty(R * ZP + L, Fc.dtype)
-    Z = _ptr(zbuf.ctypes.data, fz)
-    ybuf = np.zeros(NYN * R * RS + L, Fc.dtype)
-    Y = _ptr(ybuf.ctypes.data, fz)
+    ZP = P[V_ZP]  # one plane's slots
+    isz = Fc.itemsize
+    Fa0 = Fc.ctypes.data
+    zbuf = np.empty(R * ZP + 2 * L, Fc.dtype)
+    Za = (zbuf.ctypes.data + 63) // 64 * 64
+    Z = _ptr(Za, fz)
+    ybuf = np.zeros(NYN * R * RS + 2 * L, Fc.dtype)
+    Y = _ptr((ybuf.ctypes.data + 63) // 64 * 64, fz)
+    rbuf = np.empty(R + 2 * P[V_RMAX] + 2, np.int64)
+    RW = _ptr(rbuf.ctypes.data, rbuf[0])
     xbuf = np.zeros(K * XS + L, Fc.dtype)
     X = _ptr(xbuf.ctypes.data, fz)
     obuf = np.empty(P[V_MAXE] + 1, np.int64)
@@ -327,14 +345,24 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
             nz = R if z + R <= z1 else 1
             # z-passes of the rows this block reads, into the slots of planes z .. z+nz-1
             for a in range(NZN):
-                comp = P[zn + 3 * a]
-                ip = P[zn + 3 * a + 1]
-                if nz == R and P[P[zn + 3 * a + 2] + z] != 0:
+                comp = P[zn + NODE_LEN * a]
+                ip = P[zn + NODE_LEN * a + 1]
+                flag = P[P[zn + NODE_LEN * a + 2] + z] if nz == R else 0
+                if flag != 0:
                     e0 = P[ip + z]
                     ne = P[ip + z + 1] - e0
+                    rr = flag - 2
+                    wp = _ptr(Fa0 + (fent + e0 + rr) * isz, fz)
                     for s in range(ns):
                         base = sb + comp * sK + P[sp + 1 + s] * sH + P[epos + e0] * sD
-                        _comb8(Z, (a * SMAX + s) * ZS, ZP, src, base, sD, F, fent + e0, ne, W, L)
+                        if rr >= 1:  # symmetric: folded taps, 8 planes per step
+                            for m in range(R + 2 * rr):
+                                RW[m] = sa + (base + m * sD) * isz
+                            zd = (a * SMAX + s) * ZS
+                            for j in range(0, W, L):
+                                _vblock(Z, zd + j, ZP, RW, rr, j, min(L, W - j), wp, rr, L, fz)
+                        else:
+                            _comb8(Z, (a * SMAX + s) * ZS, ZP, src, base, sD, F, fent + e0, ne, W, L)
                     continue
                 for r in range(nz):
                     e0 = P[ip + z + r]
@@ -351,11 +379,21 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
                     ni = R if i + R <= y1 else 1
                     # y-passes into padded rows
                     for c in range(NYN):
-                        par = P[yn + 3 * c]
-                        ip = P[yn + 3 * c + 1]
+                        par = P[yn + NODE_LEN * c]
+                        ip = P[yn + NODE_LEN * c + 1]
                         zb = r * ZP + par * SMAX * ZS
                         yb = c * R * RS + G
-                        if ni == R and P[P[yn + 3 * c + 2] + i] != 0:
+                        flag = P[P[yn + NODE_LEN * c + 2] + i] if ni == R else 0
+                        if flag >= 3:  # symmetric
+                            e0 = P[ip + i]
+                            rr = flag - 2
+                            wp = _ptr(Fa0 + (fent + e0 + rr) * isz, fz)
+                            zr = zb + P[epos + e0] * ZS
+                            for m in range(R + 2 * rr):
+                                RW[m] = Za + (zr + m * ZS) * isz
+                            for j in range(0, W, L):
+                                _vblock(Y, yb + j, RS, RW, rr, j, min(L, W - j), wp, rr, L, fz)
+                        elif flag != 0:
                             e0 = P[ip + i]
                             ne = P[ip + i + 1] - e0
                             _comb8(Y, yb, RS, Z, zb + P[epos + e0] * ZS, ZS, F, fent + e0, ne, W, L)
@@ -391,7 +429,11 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
                             else:
                                 dst = X
                                 d0 = k * XS
-                            _comb(dst, d0, Y, OF, F, fent + x0, nx, W, L)
+                            xr = P[d + 7]
+                            if xr >= 1:
+                                _xsym(dst, d0, Y, yb + P[d + 8], W, _ptr(Fa0 + (fent + x0 + xr) * isz, fz), xr, L)
+                            else:
+                                _comb(dst, d0, Y, OF, F, fent + x0, nx, W, L)
                             fp = P[d + 4]
                             for f in range(P[d + 3]):
                                 col = P[fp + 3 * f]
@@ -411,7 +453,7 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
                             _epilogue(epi, out, orow, oK, X, XS, aux, ab + zz * aD + row * aH, K, W, F, L)
                     i += ni
             z += nz
-    return zbuf.size + ybuf.size + xbuf.size + obuf.size
+    return zbuf.size + ybuf.size + xbuf.size + obuf.size + rbuf.size
 
 
 # ----------------------------------------------------------------------------

@@ -41,9 +41,15 @@ from .simd import VBYTES
 
 # header of P (int64)
 (V_D, V_H, V_W, V_K, V_EPI, V_NZN, V_NYN, V_BY, V_NBY, V_ZC, V_NZC, V_G, V_RS, V_ZS, V_SMAX, V_CORR,
- V_PADL, V_PADR, V_PADT, V_ZN, V_YN, V_XN, V_SLOT, V_MAXE, V_XS) = range(25)
+ V_PADL, V_PADR, V_PADT, V_ZN, V_YN, V_XN, V_SLOT, V_MAXE, V_XS, V_RMAX, V_ZP) = range(27)
 V_HDR = 32
-ST_LEN = 7  # per stencil: y-node, x entries start, count, fix-ups count, offset, corr terms, offset
+# per stencil: y-node, x entries start, count, fix-ups count, offset, corr terms, offset, symmetric
+# radius (0: not symmetric), offset of the centre tap
+ST_LEN = 9
+#: z-/y-node table entries: source component (z) or parent z-node (y), indptr, run flags
+NODE_LEN = 3
+#: zeros after the weights (the symmetric x-pass reads a block of weights past the last)
+F_TAIL = 16
 
 # F (float64): [cval, entry weights..., correction tables...]
 EPI_STACK, EPI_SUM, EPI_MAG, EPI_MAGSCALE = 0, 1, 2, 3
@@ -55,6 +61,16 @@ R = 8
 _SLOT_BYTES = 1536 << 10
 #: smallest block of rows on large planes
 _MIN_BY = 16
+
+
+def _skew(n, lanes, isz):
+    """The smallest stride ``>= n`` elements, whole vectors, that is an odd number of cache lines
+    modulo 4 KiB: the rows a register-blocked step stores (and the rows it then loads) never
+    share an address modulo 4 KiB (false store-to-load dependencies)."""
+    n = -(-n // lanes) * lanes
+    while ((n * isz) // 64) % 2 == 0 or (n * isz) % 64:
+        n += lanes
+    return n
 
 
 def passes_by_axis(st):
@@ -123,10 +139,19 @@ def _csr_backward(p, n, mode):
     return rows
 
 
+def _sym(wts):
+    """The radius of a palindromic tap list of odd length >= 3 (else 0)."""
+    k = len(wts)
+    if k < 3 or k % 2 == 0 or any(wts[i] != wts[k - 1 - i] for i in range(k // 2)):
+        return 0
+    return k // 2
+
+
 def _runs(rows, block=None):
-    """Per row ``i``: 1 where rows ``i .. i+R-1`` are *regular* -- the same weights on consecutive
-    sources, shifted by one per row (and, with ``block``, in one block of rows): the register-
-    blocked step computes them together, one load per tap for ``R`` rows."""
+    """Per row ``i``: non-zero where rows ``i .. i+R-1`` are *regular* -- the same weights on
+    consecutive sources, shifted by one per row (and, with ``block``, in one block of rows): the
+    register-blocked step computes them together, one load per tap for ``R`` rows.  The flag
+    is 1, or ``2 + r`` where the weights are symmetric of radius ``r`` (folded taps)."""
     n = len(rows)
     sig = []
     for row in rows:
@@ -138,7 +163,8 @@ def _runs(rows, block=None):
         if s0 is None or (block and i // block != (i + R - 1) // block):
             continue
         if all(sig[i + r] is not None and sig[i + r][0] == s0[0] and sig[i + r][1] == s0[1] + r for r in range(1, R)):
-            out[i] = 1
+            rad = _sym(s0[0])
+            out[i] = 2 + rad if rad else 1
     return out
 
 
@@ -217,7 +243,7 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
     ext = [i - s for rows in ycsr.values() for i, row in enumerate(rows) for s, _ in row]
     ey = (max(ext) - min(ext)) if ext else 0
     Wr = -(-W // lanes) * lanes
-    ZS = Wr + (lanes if (Wr * isz) % 4096 == 0 else 0)
+    ZS = _skew(Wr, lanes, isz)
     rows_fit = _SLOT_BYTES // max(1, R * NZN * ZS * isz)
     BY = H if H + ey <= rows_fit else min(H, max(_MIN_BY, rows_fit - ey))
     NBY = -(-H // BY)
@@ -266,9 +292,10 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
             padl = max(padl, -min(offs))
             padr = max(padr, max(offs))
         xs.append((offs, wts, fix))
-    G = -(-padl // lanes) * lanes
-    RS = G + Wr + padr + lanes
-    RS += lanes if (RS * isz) % 4096 == 0 else 0
+    # Y rows: a vector of slack left of the pads and three right of them (the symmetric x-pass
+    # reads whole vector pairs), whole vectors apart
+    G = -(-padl // lanes) * lanes + lanes
+    RS = _skew(G + Wr + padr + 3 * lanes, lanes, isz)
     if backward:
         padt = [-1] * (padl + padr)
     else:
@@ -301,10 +328,13 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
         return pos
 
     maxe = 1
+    rmax = 0
     # z-node table: comp, indptr position
     zn = []
     for comp, rows in zn_tab:
-        zn += [comp, put(add_rows(rows)), put(_runs(rows))]
+        runs = _runs(rows)
+        rmax = max([rmax] + [f - 2 for f in runs])
+        zn += [comp, put(add_rows(rows)), put(runs)]
         maxe = max(maxe, max((len(r) for r in rows), default=0))
     # y-node table: parent, indptr position (entries: slot of the row's block)
     yn = []
@@ -315,7 +345,9 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
             sl = slots_of[i // BY]
             pos = {r: j for j, r in enumerate(sl)}
             srows.append([(pos[s], w) for s, w in row])
-        yn += [a, put(add_rows(srows)), put(_runs(srows, BY))]
+        runs = _runs(srows, BY)
+        rmax = max([rmax] + [f - 2 for f in runs])
+        yn += [a, put(add_rows(srows)), put(runs)]
         maxe = max(maxe, max((len(r) for r in rows), default=0))
     # stencils
     stt = []
@@ -353,7 +385,10 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
                 corr_tabs.extend(fac[a].tolist())
             cterm += offs3
         cpos = put(cterm) if cterm else 0
-        stt += [st_y[k], x0, len(offs), len(fix), fpos, len(terms), cpos]
+        step = offs[1] - offs[0] if len(offs) > 1 else 1
+        contiguous = step in (1, -1) and all(offs[e + 1] == offs[e] + step for e in range(len(offs) - 1))
+        xr = _sym(wts) if contiguous else 0
+        stt += [st_y[k], x0, len(offs), len(fix), fpos, len(terms), cpos, xr, offs[xr] if xr else 0]
     # block slots: per block position of [n, rows...]
     spos = []
     for sl in slots_of:
@@ -368,6 +403,7 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
     F.extend(ent_w)
     f_corr = len(F)
     F.extend(corr_tabs)
+    F.extend([0.0] * F_TAIL)
     # relocate: indptr values are global entry ids; the kernel reads P[e_pos + id], F[f_ent + id];
     # correction offsets are relative to f_corr
     hdr[[V_D, V_H, V_W, V_K, V_EPI, V_NZN, V_NYN]] = [D, H, W, K, epi, NZN, NYN]
@@ -379,6 +415,8 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
     hdr[[V_BY, V_NBY, V_ZC, V_NZC, V_G, V_RS, V_ZS, V_SMAX, V_CORR]] = [BY, NBY, ZC, NZC, G, RS, ZS, SMAX, corr]
     hdr[[V_PADL, V_PADR, V_PADT, V_ZN, V_YN, V_XN, V_SLOT, V_MAXE, V_XS]] = [
         padl, padr, padt_pos, zn_pos, yn_pos, xn_pos, slot_pos, maxe, Wr]
+    hdr[V_RMAX] = rmax
+    hdr[V_ZP] = _skew(NZN * SMAX * ZS, lanes, isz)
     hdr[V_HDR - 3] = e_pos
     hdr[V_HDR - 2] = f_ent
     hdr[V_HDR - 1] = f_corr
