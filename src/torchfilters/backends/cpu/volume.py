@@ -342,7 +342,13 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
         ns = P[sp]
         z = z0
         while z < z1:
-            nz = R if z + R <= z1 else 1
+            # eight planes at once where a node has a regular run from z (else one plane)
+            nz = 1
+            if z + R <= z1:
+                for a in range(NZN):
+                    if P[P[zn + NODE_LEN * a + 2] + z] != 0:
+                        nz = R
+                        break
             # z-passes of the rows this block reads, into the slots of planes z .. z+nz-1
             for a in range(NZN):
                 comp = P[zn + NODE_LEN * a]
@@ -376,7 +382,12 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
                 zz = z + r
                 i = y0
                 while i < y1:
-                    ni = R if i + R <= y1 else 1
+                    ni = 1
+                    if i + R <= y1:
+                        for c in range(NYN):
+                            if P[P[yn + NODE_LEN * c + 2] + i] != 0:
+                                ni = R
+                                break
                     # y-passes into padded rows
                     for c in range(NYN):
                         par = P[yn + NODE_LEN * c]
@@ -453,7 +464,9 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
                             _epilogue(epi, out, orow, oK, X, XS, aux, ab + zz * aD + row * aH, K, W, F, L)
                     i += ni
             z += nz
-    return zbuf.size + ybuf.size + xbuf.size + obuf.size + rbuf.size
+    # (numba frees an array after its last use: every buffer read through a raw pointer is
+    # used here, the compute-dtype weights ``Fc`` included)
+    return zbuf.size + ybuf.size + xbuf.size + obuf.size + rbuf.size + Fc.size
 
 
 # ----------------------------------------------------------------------------
