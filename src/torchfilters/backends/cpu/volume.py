@@ -47,16 +47,18 @@ from .separable import _VL, _hpair, _ldv, _stv, _vblock
 from .simd import _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vsplat, _vst, _vstm, _vwts
 from .threads import _launch, _threads
 from .volume_plan import (
-    EPI_MAG, EPI_MAGSCALE, EPI_STACK, EPI_SUM, ST_LEN, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
+    EPI_ADDREST, EPI_BLEND, EPI_MAG, EPI_MAGSCALE, EPI_STACK, EPI_SUM, ST_LEN, V_BOX, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
     V_K, V_MAXE, V_NBY, V_NYN, V_NZC, V_NZN, V_PADL, V_PADR, V_PADT, V_RS, V_SLOT, V_SMAX, V_W, V_XN, V_XS, V_YN,
     V_ZC, V_ZN, V_ZP, V_ZS, V_RMAX, NODE_LEN, R, plan, supported,
 )
 
 __all__ = ["filter_forward", "filter_backward", "blur_forward", "blur_backward", "runs"]
 
-# per-call layout L: per role [n1, s0, s1, sK, sD, sH] (elements), then the number of volumes
-R_SRC, R_OUT, R_AUX = 0, 6, 12
-L_NV = 18
+# per-call layout L: per role [n1, s0, s1, sK, sD, sH] (elements), then the number of volumes;
+# roles: the source the passes read, the output, an auxiliary tensor read at the output point
+# (the gradient, or the input), the selection's tensor M (``sel = M >= thr``)
+R_SRC, R_OUT, R_AUX, R_MSK = 0, 6, 12, 18
+L_NV = 24
 
 
 @intrinsic
@@ -82,6 +84,17 @@ def _vscale(typingctx, g, m):
         return builder.select(builder.fcmp_ordered("==", mv, zero), zero, builder.fdiv(gv, mv))
 
     return g(g, m), codegen
+
+
+@intrinsic
+def _vselge(typingctx, v, t, a, b):
+    """Lane-wise ``a if v >= t else b`` (ordered: a NaN ``v`` selects ``b``)."""
+
+    def codegen(context, builder, sig, args):
+        vv, tv, av, bv = args
+        return builder.select(builder.fcmp_ordered(">=", vv, tv), av, bv)
+
+    return a(v, t, a, b), codegen
 
 
 @njit(**_JIT)
@@ -231,6 +244,43 @@ def _xsym(dst, d0, V, q0, n, w, r, L):
 
 
 @njit(**_JIT)
+def _seg(kind, out, o0, X, aux, a0, M, m0, tv, j0, j1, L):
+    """Columns ``j0 .. j1`` of a selective-blur output row: ``kind`` 0: ``x``; 1: ``sel ? X : x``;
+    2: ``X + g``; 3: ``X + (sel ? 0 : g)`` (``aux``: ``x`` or ``g``; ``sel = M >= tv``)."""
+    j = j0
+    while j < j1:
+        n = min(L, j1 - j)
+        av = _ldv(aux, a0 + j, n, L)
+        if kind == 0:
+            v = av
+        elif kind == 1:
+            v = _vselge(_ldv(M, m0 + j, n, L), tv, _vld(X, j), av)
+        elif kind == 2:
+            v = _vadd(_vld(X, j), av)
+        else:
+            z = _vmul(_vnz(X), _vnz(X))
+            v = _vadd(_vld(X, j), _vselge(_ldv(M, m0 + j, n, L), tv, z, av))
+        _stv(out, o0 + j, v, n, L)
+        j += L
+
+
+@njit(**_JIT)
+def _select_row(epi, inrow, bx0, bx1, out, o0, X, aux, a0, M, m0, tv, W, L):
+    """One output row of the ``blend`` / ``addrest`` epilogues; the selection holds in columns
+    ``bx0 .. bx1`` of rows inside the box (``inrow``) only."""
+    out_k = 0 if epi == EPI_BLEND else 2
+    in_k = 1 if epi == EPI_BLEND else 3
+    if not inrow or bx0 >= bx1:
+        _seg(out_k, out, o0, X, aux, a0, M, m0, tv, 0, W, L)
+        return
+    if bx0 > 0:
+        _seg(out_k, out, o0, X, aux, a0, M, m0, tv, 0, bx0, L)
+    _seg(in_k, out, o0, X, aux, a0, M, m0, tv, bx0, bx1, L)
+    if bx1 < W:
+        _seg(out_k, out, o0, X, aux, a0, M, m0, tv, bx1, W, L)
+
+
+@njit(**_JIT)
 def _epilogue(epi, out, o0, oK, X, XS, aux, a0, K, W, F, L):
     """Combine the ``K`` stencil rows ``X[k*XS ..]`` of one output row (``sum``, ``magnitude``,
     ``magscale``: ``out[k] = g * X[k] / |X|``, 0 where ``|X| = 0``)."""
@@ -268,9 +318,10 @@ def _epilogue(epi, out, o0, oK, X, XS, aux, a0, K, W, F, L):
 
 
 @njit(**_JIT)
-def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
+def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
     """Work items ``it0 .. it1`` of a volume plan (``volume_plan``): source ``sa``, output ``oa``,
-    auxiliary ``aa`` (the gradient, ``magscale``), all of the compute dtype of ``fz``."""
+    auxiliary ``aa`` (the gradient for ``magscale``/``addrest``, the input for ``blend``), the
+    selection's tensor ``ma`` and its threshold ``Ta[0]``, all of the compute dtype of ``fz``."""
     Fc = _cvt(fz, Fa)
     F = _ptr(Fc.ctypes.data, fz)
     P = _ptr(Pa.ctypes.data, Pa[0])
@@ -278,6 +329,9 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
     src = _ptr(sa, fz)
     out = _ptr(oa, fz)
     aux = _ptr(aa, fz)
+    msk = _ptr(ma, fz)
+    tv = _vsplat(_ptr(Ta.ctypes.data, fz), 0)
+    bz0, bz1, by0, by1, bx0, bx1 = P[V_BOX], P[V_BOX + 1], P[V_BOX + 2], P[V_BOX + 3], P[V_BOX + 4], P[V_BOX + 5]
     D = P[V_D]
     H = P[V_H]
     W = P[V_W]
@@ -325,6 +379,7 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
     sK, sD, sH = Lp[R_SRC + 3], Lp[R_SRC + 4], Lp[R_SRC + 5]
     oK, oD, oH = Lp[R_OUT + 3], Lp[R_OUT + 4], Lp[R_OUT + 5]
     aD, aH = Lp[R_AUX + 4], Lp[R_AUX + 5]
+    mD, mH = Lp[R_MSK + 4], Lp[R_MSK + 5]
     per = NBY * NZC
     for it in range(it0, it1):
         v = it // per
@@ -338,6 +393,7 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
         sb = _voff(Lp, R_SRC, v)
         ob = _voff(Lp, R_OUT, v)
         ab = _voff(Lp, R_AUX, v)
+        mb = _voff(Lp, R_MSK, v)
         sp = P[slot + b]
         ns = P[sp]
         z = z0
@@ -460,13 +516,62 @@ def _k_vol(sa, oa, aa, fz, Pa, Fa, La, it0, it1):
                                     tx = fcorr + P[cp + 3 * m + 2]
                                     for j in range(W):
                                         dst[d0 + j] += cz * F[tx + j]
-                        if epi != EPI_STACK:
+                        if epi >= EPI_BLEND:
+                            inrow = bz0 <= zz < bz1 and by0 <= row < by1
+                            _select_row(epi, inrow, bx0, bx1, out, orow, X, aux, ab + zz * aD + row * aH, msk,
+                                        mb + zz * mD + row * mH, tv, W, L)
+                        elif epi != EPI_STACK:
                             _epilogue(epi, out, orow, oK, X, XS, aux, ab + zz * aD + row * aH, K, W, F, L)
                     i += ni
             z += nz
     # (numba frees an array after its last use: every buffer read through a raw pointer is
     # used here, the compute-dtype weights ``Fc`` included)
-    return zbuf.size + ybuf.size + xbuf.size + obuf.size + rbuf.size + Fc.size
+    return zbuf.size + ybuf.size + xbuf.size + obuf.size + rbuf.size + Fc.size + Ta.size
+
+
+@njit(**_JIT)
+def _k_gsel(ga, ma, oa, Ta, fz, Ba, La, it0, it1):
+    """``out = g`` where ``sel`` (``M >= Ta[0]`` inside the box ``Ba[3:9]``), else 0: the masked
+    gradient of the blend variant's backward.  Work items: planes ``(volume, z)``; ``Ba[:3]`` is
+    ``(D, H, W)``.  Roles in ``La``: ``R_SRC`` (g), ``R_OUT``, ``R_MSK``."""
+    g = _ptr(ga, fz)
+    M = _ptr(ma, fz)
+    out = _ptr(oa, fz)
+    Lp = _ptr(La.ctypes.data, La[0])
+    tv = _vsplat(_ptr(Ta.ctypes.data, fz), 0)
+    L = _VL(fz)
+    D, H, W = Ba[0], Ba[1], Ba[2]
+    sD, sH = Lp[R_SRC + 4], Lp[R_SRC + 5]
+    oD, oH = Lp[R_OUT + 4], Lp[R_OUT + 5]
+    mD, mH = Lp[R_MSK + 4], Lp[R_MSK + 5]
+    zv = _vmul(_vnz(g), _vnz(g))
+    zero = _ptr(Ta.ctypes.data, fz)[1]
+    for it in range(it0, it1):
+        v = it // D
+        z = it % D
+        gb = _voff(Lp, R_SRC, v) + z * sD
+        ob = _voff(Lp, R_OUT, v) + z * oD
+        mb = _voff(Lp, R_MSK, v) + z * mD
+        for i in range(H):
+            inrow = Ba[3] <= z < Ba[4] and Ba[5] <= i < Ba[6]
+            x0 = Ba[7] if inrow else W  # the selection may hold in columns x0 .. x1
+            x1 = Ba[8] if inrow else W
+            orow = ob + i * oH
+            grow = gb + i * sH
+            mrow = mb + i * mH
+            j = 0
+            while j < W:
+                n = min(L, W - j)
+                if j + n <= x0 or j >= x1:
+                    _stv(out, orow + j, zv, n, L)
+                else:
+                    _stv(out, orow + j, _vselge(_ldv(M, mrow + j, n, L), tv, _ldv(g, grow + j, n, L), zv), n, L)
+                    if j < x0 or j + n > x1:  # a vector across the box's edge
+                        for q in range(j, j + n):
+                            if q < x0 or q >= x1:
+                                out[orow + q] = zero
+                j += L
+    return Ta.size + Ba.size
 
 
 # ----------------------------------------------------------------------------
@@ -520,11 +625,16 @@ def _target(out, shape, cd, k):
 _NONE = [1, 0, 0, 0, 0, 0]
 
 
-def _run(vp, nv, s, rs, o, ro, a=None, ra=None):
-    L = np.asarray(rs + ro + (ra or _NONE) + [nv], np.int64)
+def _thr(thr, cd):
+    return np.asarray([thr, 0.0], np.float64 if cd == torch.float64 else np.float32)
+
+
+def _run(vp, nv, s, rs, o, ro, a=None, ra=None, m=None, rm=None, thr=0.0):
+    L = np.asarray(rs + ro + (ra or _NONE) + (rm or _NONE) + [nv], np.int64)
     carrier = np.float64(0) if s.dtype == torch.float64 else np.float32(0)
     D, H, W = s.shape[-3:]
-    _launch(_k_vol, (s.data_ptr(), o.data_ptr(), 0 if a is None else a.data_ptr(), carrier, vp.P, vp.F, L),
+    _launch(_k_vol, (s.data_ptr(), o.data_ptr(), 0 if a is None else a.data_ptr(), 0 if m is None else m.data_ptr(),
+                     _thr(thr, s.dtype), carrier, vp.P, vp.F, L),
             vp.nitems, _threads(), _small(nv * D, H, W))
 
 
@@ -623,19 +733,108 @@ def _finish(y, dtype, out):
     return out
 
 
+def _threshold(x, threshold):
+    """``x >= threshold`` as torch compares a tensor with a Python float: the threshold rounded to
+    the input's dtype (then exact in the kernel's compute dtype)."""
+    dt = x.dtype
+    if dt == torch.float64:
+        return float(threshold)
+    return float(torch.tensor(threshold, dtype=dt))
+
+
+def _selection(x, s, rs, mask, threshold, nd, cd):
+    """``(M, role, thr)`` with ``sel = M >= thr``: the input itself (``s``), or the mask as 0/1."""
+    if mask is None:
+        return s, rs, _threshold(x, threshold)
+    m = mask.to(device=x.device, dtype=torch.bool).expand(x.shape).to(cd)
+    m, rm = _source(_vol(m, nd), cd)
+    return m, rm, 0.5
+
+
+def _box(spec, sizes):
+    """Where a selective blur may write: everywhere, or (``keep_border``) where the stencil's
+    footprint stays inside the volume (``reference.border_mask``)."""
+    if not spec.keep_border:
+        return None
+    nd = spec.ndim
+    box = []
+    for a, n in zip((-3, -2, -1), sizes):
+        lo, hi = spec.stencil.extent(a) if a >= -nd else (0, 0)
+        box += [min(n, max(0, -lo)), max(0, min(n, n - hi))]
+    return tuple(box)
+
+
+def _blend_forward(x, mask, spec, fs, threshold, out):
+    cd = _cd(x.dtype)
+    nd = spec.ndim
+    x3 = _vol(x, nd)
+    s, rs = _source(x3, cd)
+    sizes = tuple(s.shape[-3:])
+    nv = _nvol(s.shape)
+    M, rm, thr = _selection(x, s, rs, mask, threshold, nd, cd)
+    vp = plan(fs, sizes, False, nv, _threads(), 8 if cd == torch.float64 else 4, epi=EPI_BLEND, box=_box(spec, sizes))
+    if out is None and x.dtype != cd:
+        tmp = torch.empty(s.shape, dtype=cd)
+        _run(vp, nv, s, rs, tmp, _role(tmp, False), s, rs, M, rm, thr)
+        return tmp.to(x.dtype).view(x.shape)
+    o, ro, copy = _target(None if out is None else _vol(out, nd), s.shape, cd, False)
+    _run(vp, nv, s, rs, o, ro, s, rs, M, rm, thr)
+    if out is None:
+        return o.view(x.shape)
+    if copy:
+        _vol(out, nd).copy_(o)
+    return out
+
+
+def _blend_backward(grad, x, mask, spec, fs, threshold, out):
+    """``blurT(w * g) + (1 - w) * g``: the masked gradient (``_k_gsel``), then the transposed
+    passes with the ``addrest`` epilogue."""
+    cd = _cd(x.dtype)
+    nd = spec.ndim
+    isz = 8 if cd == torch.float64 else 4
+    x3 = _vol(x, nd)
+    s, rs = _source(x3, cd)
+    sizes = tuple(s.shape[-3:])
+    nv = _nvol(s.shape)
+    M, rm, thr = _selection(x, s, rs, mask, threshold, nd, cd)
+    g, rg = _source(_vol(grad.expand(x.shape), nd), cd)
+    box = _box(spec, sizes)
+    gm = _alloc(s.shape, cd)
+    rgm = _role(gm, False)
+    D, H, W = sizes
+    Ba = np.asarray((D, H, W) + (box or (0, D, 0, H, 0, W)), np.int64)
+    carrier = np.float64(0) if cd == torch.float64 else np.float32(0)
+    L = np.asarray(rg + rgm + _NONE + rm + [nv], np.int64)
+    _launch(_k_gsel, (g.data_ptr(), M.data_ptr(), gm.data_ptr(), _thr(thr, cd), carrier, Ba, L), nv * D, _threads(),
+            _small(nv * D, H, W))
+    vb = plan(fs, sizes, True, nv, _threads(), isz, epi=EPI_ADDREST, box=box)
+    if out is None and x.dtype != cd:
+        o = torch.empty(s.shape, dtype=cd)
+        _run(vb, nv, gm, rgm, o, _role(o, False), g, rg, M, rm, thr)
+        return o.to(x.dtype).view(x.shape)
+    o, ro, copy = _target(None if out is None else _vol(out, nd), s.shape, cd, False)
+    _run(vb, nv, gm, rgm, o, ro, g, rg, M, rm, thr)
+    if out is None:
+        return o.view(x.shape)
+    if copy:
+        _vol(out, nd).copy_(o)
+    return out
+
+
 def blur_forward(x, mask, spec, threshold, out=None):
-    """Selective blur: the blur (one fused pass) here, the select / masked mean in torch, in the
-    compute dtype (the reference engine's formulas)."""
+    """Selective blur.  The blend variant runs fused (one pass: blur, select, store); the
+    normalized one runs its two blurs here and the masked mean in torch (the reference engine's
+    formulas)."""
     if not isinstance(spec, BlurSpec) or x.numel() == 0:
         return reference.blur_forward(x, mask, spec, threshold, out)
     spec = lower(spec, x.shape)
     fs = _blur_linear(spec)
     if fs is None:
         return reference.blur_forward(x, mask, spec, threshold, out)
+    if not spec.normalized:
+        return _blend_forward(x, mask, spec, fs, threshold, out)
     m, w = reference.blur_masks(x, reference._selected(x, mask, threshold), spec, threshold)
     xc = x.to(_cd(x.dtype))
-    if not spec.normalized:
-        return _finish(torch.where(w, filter_forward(xc, fs), xc), x.dtype, out)
     mf = m.to(xc.dtype).expand(x.shape)
     num = filter_forward(torch.where(m, xc, torch.zeros((), dtype=xc.dtype)), fs)
     den = filter_forward(mf, fs)
@@ -650,14 +849,13 @@ def blur_backward(grad, x, mask, spec, threshold, out=None):
     fs = _blur_linear(spec)
     if fs is None:
         return reference.blur_backward(grad, x, mask, spec, threshold, out)
+    if not spec.normalized:
+        return _blend_backward(grad, x, mask, spec, fs, threshold, out)
     m, w = reference.blur_masks(x, reference._selected(x, mask, threshold), spec, threshold)
     cd = _cd(x.dtype)
     xc = x.to(cd)
     g = grad.to(cd).expand(x.shape)
     zero = torch.zeros((), dtype=cd)
-    if not spec.normalized:
-        dx = filter_backward(torch.where(w, g, zero), xc, fs) + torch.where(w, zero, g)
-        return _finish(dx, x.dtype, out)
     mf = m.to(cd).expand(x.shape)
     den = filter_forward(mf, fs)
     use = w & (den > 0)

@@ -41,8 +41,9 @@ from .simd import VBYTES
 
 # header of P (int64)
 (V_D, V_H, V_W, V_K, V_EPI, V_NZN, V_NYN, V_BY, V_NBY, V_ZC, V_NZC, V_G, V_RS, V_ZS, V_SMAX, V_CORR,
- V_PADL, V_PADR, V_PADT, V_ZN, V_YN, V_XN, V_SLOT, V_MAXE, V_XS, V_RMAX, V_ZP) = range(27)
-V_HDR = 32
+ V_PADL, V_PADR, V_PADT, V_ZN, V_YN, V_XN, V_SLOT, V_MAXE, V_XS, V_RMAX, V_ZP,
+ V_BOX) = range(28)  # V_BOX .. V_BOX+5: the box [z0, z1) x [y0, y1) x [x0, x1) a selection may hold in
+V_HDR = 48
 # per stencil: y-node, x entries start, count, fix-ups count, offset, corr terms, offset, symmetric
 # radius (0: not symmetric), offset of the centre tap
 ST_LEN = 9
@@ -53,6 +54,9 @@ F_TAIL = 16
 
 # F (float64): [cval, entry weights..., correction tables...]
 EPI_STACK, EPI_SUM, EPI_MAG, EPI_MAGSCALE = 0, 1, 2, 3
+#: selective blur: ``blend`` (forward: ``sel ? blur : x``), ``addrest`` (backward: ``blurT + (sel ? 0 : g)``);
+#: ``sel`` is ``M >= thr`` inside the plan's box (``M``: the input, or the mask as 0/1)
+EPI_BLEND, EPI_ADDREST = 4, 5
 _EPI = {"stack": EPI_STACK, "sum": EPI_SUM, "magnitude": EPI_MAG}
 
 #: output rows (planes) one register-blocked step of the z- and y-passes computes
@@ -193,24 +197,26 @@ class VolPlan(NamedTuple):
 _plan_cache: dict = {}
 
 
-def plan(spec, sizes, backward, nvol, nthreads, isz, magscale=False):
+def plan(spec, sizes, backward, nvol, nthreads, isz, magscale=False, epi=None, box=None):
     """The tables for ``spec`` (lowered, :func:`supported`) on volumes of ``sizes = (D, H, W)``.
 
     ``backward``: the transposed operators (and the epilogue ``sum`` over the stencils, each
     reading its own source component when the forward epilogue is ``stack``);
-    ``magscale``: forward passes with the epilogue that scales ``g`` by ``y_k / |y|``."""
-    key = (spec, tuple(sizes), backward, nvol, nthreads, isz, magscale, math.copysign(1.0, spec.cval))
+    ``magscale``: forward passes with the epilogue that scales ``g`` by ``y_k / |y|``; ``epi``: another
+    epilogue (``EPI_*``); ``box``: ``(z0, z1, y0, y1, x0, x1)`` where a selection may hold (default:
+    the volume)."""
+    key = (spec, tuple(sizes), backward, nvol, nthreads, isz, magscale, epi, box, math.copysign(1.0, spec.cval))
     hit = _plan_cache.get(key)
     if hit is not None:
         return hit
-    out = _build(spec, tuple(sizes), backward, nvol, nthreads, isz, magscale)
+    out = _build(spec, tuple(sizes), backward, nvol, nthreads, isz, magscale, epi, box)
     if len(_plan_cache) > 256:
         _plan_cache.clear()
     _plan_cache[key] = out
     return out
 
 
-def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
+def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=None, box=None):
     D, H, W = sizes
     mz, my, mx = modes3(spec)
     sts = [passes_by_axis(st) for st in spec.stencils]
@@ -416,6 +422,9 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale):
     hdr[[V_PADL, V_PADR, V_PADT, V_ZN, V_YN, V_XN, V_SLOT, V_MAXE, V_XS]] = [
         padl, padr, padt_pos, zn_pos, yn_pos, xn_pos, slot_pos, maxe, Wr]
     hdr[V_RMAX] = rmax
+    hdr[V_BOX:V_BOX + 6] = box if box is not None else (0, D, 0, H, 0, W)
+    if epi_override is not None:
+        hdr[V_EPI] = epi_override
     hdr[V_ZP] = _skew(NZN * SMAX * ZS, lanes, isz)
     hdr[V_HDR - 3] = e_pos
     hdr[V_HDR - 2] = f_ent
