@@ -366,3 +366,29 @@ def test_selective_blur_dtypes_layouts(dtype):
     (gr,) = torch.autograd.grad(yr, xr, g.double())
     torch.testing.assert_close(y2.double(), yr, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(g2.double(), gr, rtol=1e-5, atol=1e-5)
+
+
+def test_no_kernel_variant_per_shape_or_spec():
+    """One compiled signature per compute dtype, whatever the shape, spec, mode or epilogue."""
+    from torchfilters.backends.cpu.warmup import _kernels
+
+    def count():
+        return sum(len(k.overloads) for k in _kernels())
+
+    calls = [
+        lambda x: tf.gradient_magnitude(x, operator="sobel", axes=AX),
+        lambda x: tf.gaussian_filter(x, (1.0, 2.0, 0.5), axes=AX, mode=("wrap", "constant", "nearest"), cval=1.0),
+        lambda x: tf.gradient(x, axes=AX, mode="mirror"),
+        lambda x: tf.laplace(x, axes=AX),
+        lambda x: tf.selective_blur(x, 0.2, sigma=1.0, axes=AX, keep_border=True),
+    ]
+    for dtype in (torch.float32, torch.float64):
+        for call in calls:  # every kernel of this dtype compiled (or loaded) once
+            x = torch.rand(1, 9, 10, 11, dtype=dtype, requires_grad=True)
+            call(x).sum().backward()
+        before = count()
+        for shape in [(2, 3, 4, 5), (1, 17, 2, 33), (3, 1, 1, 1), (1, 2, 40, 3)]:
+            for call in calls:
+                x = torch.rand(shape, dtype=dtype, requires_grad=True)
+                call(x).sum().backward()
+        assert count() == before
