@@ -42,7 +42,7 @@ from .buffers import _alloc
 from .plan import _small
 from .threads import _launch, _threads
 from .volume_kernels import _k_gsel, _k_vol
-from .volume_plan import EPI_ADDREST, EPI_BLEND, plan, supported
+from .volume_plan import EPI_ADDREST, EPI_BLEND, EPI_GDIV, EPI_NORM, EPI_NORMT, plan, supported
 
 __all__ = ["filter_forward", "filter_backward", "blur_forward", "blur_backward", "runs"]
 
@@ -99,7 +99,7 @@ _NONE = [1, 0, 0, 0, 0, 0]
 
 
 def _thr(thr, cd):
-    return np.asarray([thr, 0.0], np.float64 if cd == torch.float64 else np.float32)
+    return np.asarray([thr, 0.0, 1.0], np.float64 if cd == torch.float64 else np.float32)
 
 
 def _run(vp, nv, s, rs, o, ro, a=None, ra=None, m=None, rm=None, thr=0.0):
@@ -259,6 +259,75 @@ def _blend_forward(x, mask, spec, fs, threshold, out):
     return out
 
 
+def _gsel(g, rg, M, rm, o, ro, thr, box, ones, nv):
+    """``o = sel ? g : 0`` (``ones``: ``sel ? 1 : 0``), ``sel = M >= thr`` inside ``box``."""
+    D, H, W = o.shape[-3:]
+    Ba = np.asarray((D, H, W) + (box or (0, D, 0, H, 0, W)) + (int(ones),), np.int64)
+    carrier = np.float64(0) if o.dtype == torch.float64 else np.float32(0)
+    L = np.asarray(rg + ro + _NONE + rm + [nv], np.int64)
+    _launch(_k_gsel, (g.data_ptr(), M.data_ptr(), o.data_ptr(), _thr(thr, o.dtype), carrier, Ba, L), nv * D, _threads(),
+            _small(nv * D, H, W))
+
+
+def _deliver(vp, nv, src, rsrc, x, shape3, out, nd, cd, *extra):
+    """Run ``vp`` into a fresh output, ``out`` or a temporary copied there; the result."""
+    if out is None and x.dtype != cd:
+        o = torch.empty(shape3, dtype=cd)
+        _run(vp, nv, src, rsrc, o, _role(o, False), *extra)
+        return o.to(x.dtype).view(x.shape)
+    o, ro, copy = _target(None if out is None else _vol(out, nd), shape3, cd, False)
+    _run(vp, nv, src, rsrc, o, ro, *extra)
+    if out is None:
+        return o.view(x.shape)
+    if copy:
+        _vol(out, nd).copy_(o)
+    return out
+
+
+def _norm_forward(x, mask, spec, fs, threshold, out):
+    """``(w & den > 0) ? blur(m x) / blur(m) : x``: ``[m x, m]`` (``_k_gsel``), then both blurs and
+    the division in one pass (``norm``)."""
+    cd = _cd(x.dtype)
+    nd = spec.ndim
+    x3 = _vol(x, nd)
+    s, rs = _source(x3, cd)
+    sizes = tuple(s.shape[-3:])
+    nv = _nvol(s.shape)
+    M, rm, thr = _selection(x, s, rs, mask, threshold, nd, cd)
+    src = _alloc(s.shape[:-3] + (2,) + sizes, cd)
+    for k in range(2):
+        c = src.select(-4, k)
+        _gsel(s, rs, M, rm, c, _role(c, False), thr, None, k == 1, nv)
+    fs2 = fs._replace(stencils=fs.stencils * 2)
+    vp = plan(fs2, sizes, False, nv, _threads(), 8 if cd == torch.float64 else 4, epi=EPI_NORM,
+              box=_box(spec, sizes), multi=True)
+    return _deliver(vp, nv, src, _role(src, True), x, s.shape, out, nd, cd, s, rs, M, rm, thr)
+
+
+def _norm_backward(grad, x, mask, spec, fs, threshold, out):
+    """``m * blurT(gd) + rest`` with ``gd = use ? g / den : 0``, ``rest = use ? 0 : g``,
+    ``den = blur(m)``, ``use = w & den > 0``: the mask as 0/1, one blur writing ``[gd, rest]``
+    (``gdiv``), the transposed blur adding ``rest`` (``normt``)."""
+    cd = _cd(x.dtype)
+    nd = spec.ndim
+    isz = 8 if cd == torch.float64 else 4
+    x3 = _vol(x, nd)
+    s, rs = _source(x3, cd)
+    sizes = tuple(s.shape[-3:])
+    nv = _nvol(s.shape)
+    M, rm, thr = _selection(x, s, rs, mask, threshold, nd, cd)
+    g, rg = _source(_vol(grad.expand(x.shape), nd), cd)
+    mf = _alloc(s.shape, cd)
+    rmf = _role(mf, False)
+    _gsel(s, rs, M, rm, mf, rmf, thr, None, True, nv)
+    t2 = _alloc(s.shape[:-3] + (2,) + sizes, cd)
+    vp = plan(fs, sizes, False, nv, _threads(), isz, epi=EPI_GDIV, box=_box(spec, sizes))
+    _run(vp, nv, mf, rmf, t2, _role(t2, True), g, rg, M, rm, thr)
+    gd, rest = t2.select(-4, 0), t2.select(-4, 1)
+    vb = plan(fs, sizes, True, nv, _threads(), isz, epi=EPI_NORMT)
+    return _deliver(vb, nv, gd, _role(gd, False), x, s.shape, out, nd, cd, rest, _role(rest, False), M, rm, thr)
+
+
 def _blend_backward(grad, x, mask, spec, fs, threshold, out):
     """``blurT(w * g) + (1 - w) * g``: the masked gradient (``_k_gsel``), then the transposed
     passes with the ``addrest`` epilogue."""
@@ -274,12 +343,7 @@ def _blend_backward(grad, x, mask, spec, fs, threshold, out):
     box = _box(spec, sizes)
     gm = _alloc(s.shape, cd)
     rgm = _role(gm, False)
-    D, H, W = sizes
-    Ba = np.asarray((D, H, W) + (box or (0, D, 0, H, 0, W)), np.int64)
-    carrier = np.float64(0) if cd == torch.float64 else np.float32(0)
-    L = np.asarray(rg + rgm + _NONE + rm + [nv], np.int64)
-    _launch(_k_gsel, (g.data_ptr(), M.data_ptr(), gm.data_ptr(), _thr(thr, cd), carrier, Ba, L), nv * D, _threads(),
-            _small(nv * D, H, W))
+    _gsel(g, rg, M, rm, gm, rgm, thr, box, False, nv)
     vb = plan(fs, sizes, True, nv, _threads(), isz, epi=EPI_ADDREST, box=box)
     if out is None and x.dtype != cd:
         o = torch.empty(s.shape, dtype=cd)
@@ -306,13 +370,7 @@ def blur_forward(x, mask, spec, threshold, out=None):
         return reference.blur_forward(x, mask, spec, threshold, out)
     if not spec.normalized:
         return _blend_forward(x, mask, spec, fs, threshold, out)
-    m, w = reference.blur_masks(x, reference._selected(x, mask, threshold), spec, threshold)
-    xc = x.to(_cd(x.dtype))
-    mf = m.to(xc.dtype).expand(x.shape)
-    num = filter_forward(torch.where(m, xc, torch.zeros((), dtype=xc.dtype)), fs)
-    den = filter_forward(mf, fs)
-    use = w & (den > 0)
-    return _finish(torch.where(use, num / torch.where(use, den, torch.ones_like(den)), xc), x.dtype, out)
+    return _norm_forward(x, mask, spec, fs, threshold, out)
 
 
 def blur_backward(grad, x, mask, spec, threshold, out=None):
@@ -324,13 +382,4 @@ def blur_backward(grad, x, mask, spec, threshold, out=None):
         return reference.blur_backward(grad, x, mask, spec, threshold, out)
     if not spec.normalized:
         return _blend_backward(grad, x, mask, spec, fs, threshold, out)
-    m, w = reference.blur_masks(x, reference._selected(x, mask, threshold), spec, threshold)
-    cd = _cd(x.dtype)
-    xc = x.to(cd)
-    g = grad.to(cd).expand(x.shape)
-    zero = torch.zeros((), dtype=cd)
-    mf = m.to(cd).expand(x.shape)
-    den = filter_forward(mf, fs)
-    use = w & (den > 0)
-    gd = torch.where(use, g / torch.where(use, den, torch.ones_like(den)), zero)
-    return _finish(mf * filter_backward(gd, xc, fs) + torch.where(use, zero, g), x.dtype, out)
+    return _norm_backward(grad, x, mask, spec, fs, threshold, out)

@@ -22,7 +22,7 @@ from .prims import _JIT, _cvt, _ptr
 from .separable import _VL, _hpair, _ldv, _stv, _vblock
 from .simd import _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vsplat, _vst, _vstm, _vwts
 from .volume_plan import (
-    EPI_BLEND, EPI_MAG, EPI_MAGSCALE, EPI_STACK, ST_LEN, V_BOX, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
+    EPI_BLEND, EPI_GDIV, EPI_MAG, EPI_MAGSCALE, EPI_NORM, EPI_NORMT, EPI_STACK, ST_LEN, V_BOX, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
     V_K, V_MAXE, V_NBY, V_NYN, V_NZC, V_NZN, V_PADL, V_PADR, V_PADT, V_RS, V_SLOT, V_SMAX, V_W, V_XN, V_XS, V_YN,
     V_ZC, V_ZN, V_ZP, V_ZS, V_RMAX, NODE_LEN, R,
 )
@@ -68,6 +68,26 @@ def _vselge(typingctx, v, t, a, b):
         return builder.select(builder.fcmp_ordered(">=", vv, tv), av, bv)
 
     return a(v, t, a, b), codegen
+
+
+@intrinsic
+def _vselgegt(typingctx, v, t, d, u, a, b):
+    """Lane-wise ``a if (v >= t and d > u) else b`` (ordered: NaNs select ``b``)."""
+
+    def codegen(context, builder, sig, args):
+        vv, tv, dv, uv, av, bv = args
+        c = builder.and_(builder.fcmp_ordered(">=", vv, tv), builder.fcmp_ordered(">", dv, uv))
+        return builder.select(c, av, bv)
+
+    return a(v, t, d, u, a, b), codegen
+
+
+@intrinsic
+def _vdiv(typingctx, a, b):
+    def codegen(context, builder, sig, args):
+        return builder.fdiv(args[0], args[1])
+
+    return a(a, b), codegen
 
 
 @njit(**_JIT)
@@ -254,6 +274,54 @@ def _select_row(epi, inrow, bx0, bx1, out, o0, X, aux, a0, M, m0, tv, W, L):
 
 
 @njit(**_JIT)
+def _nseg(epi, inside, out, o0, oK, X, XS, aux, a0, M, m0, tv, ov, j0, j1, L):
+    """Columns ``j0 .. j1`` of a normalized-blur row (``inside``: in the box, where ``w`` may
+    hold; ``X``: the blurs; ``aux``: ``x`` (``norm``), ``g`` (``gdiv``), ``rest`` (``normt``))."""
+    z = _vmul(_vnz(X), _vnz(X))
+    j = j0
+    while j < j1:
+        n = min(L, j1 - j)
+        av = _ldv(aux, a0 + j, n, L)
+        if epi == EPI_NORMT:  # m * blurT(gd) + rest (m: no box)
+            mf = _vselge(_ldv(M, m0 + j, n, L), tv, ov, z)
+            _stv(out, o0 + j, _vadd(_vmul(mf, _vld(X, j)), av), n, L)
+        elif epi == EPI_NORM:
+            if inside:
+                num = _vld(X, j)
+                den = _vld(X, XS + j)
+                v = _vselgegt(_ldv(M, m0 + j, n, L), tv, den, z, _vdiv(num, den), av)
+            else:
+                v = av
+            _stv(out, o0 + j, v, n, L)
+        else:  # gdiv: [use ? g / den : 0, use ? 0 : g]
+            den = _vld(X, j)
+            if inside:
+                mv = _ldv(M, m0 + j, n, L)
+                _stv(out, o0 + j, _vselgegt(mv, tv, den, z, _vdiv(av, den), z), n, L)
+                _stv(out, o0 + oK + j, _vselgegt(mv, tv, den, z, z, av), n, L)
+            else:
+                _stv(out, o0 + j, z, n, L)
+                _stv(out, o0 + oK + j, av, n, L)
+        j += L
+
+
+@njit(**_JIT)
+def _norm_row(epi, inrow, bx0, bx1, out, o0, oK, X, XS, aux, a0, M, m0, tv, ov, W, L):
+    """One output row of the normalized blur's epilogues (the box: as ``_select_row``)."""
+    if epi == EPI_NORMT or (inrow and bx0 == 0 and bx1 == W):
+        _nseg(epi, True, out, o0, oK, X, XS, aux, a0, M, m0, tv, ov, 0, W, L)
+        return
+    if not inrow or bx0 >= bx1:
+        _nseg(epi, False, out, o0, oK, X, XS, aux, a0, M, m0, tv, ov, 0, W, L)
+        return
+    if bx0 > 0:
+        _nseg(epi, False, out, o0, oK, X, XS, aux, a0, M, m0, tv, ov, 0, bx0, L)
+    _nseg(epi, True, out, o0, oK, X, XS, aux, a0, M, m0, tv, ov, bx0, bx1, L)
+    if bx1 < W:
+        _nseg(epi, False, out, o0, oK, X, XS, aux, a0, M, m0, tv, ov, bx1, W, L)
+
+
+@njit(**_JIT)
 def _epilogue(epi, out, o0, oK, X, XS, aux, a0, K, W, F, L):
     """Combine the ``K`` stencil rows ``X[k*XS ..]`` of one output row (``sum``, ``magnitude``,
     ``magscale``: ``out[k] = g * X[k] / |X|``, 0 where ``|X| = 0``)."""
@@ -304,6 +372,7 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
     aux = _ptr(aa, fz)
     msk = _ptr(ma, fz)
     tv = _vsplat(_ptr(Ta.ctypes.data, fz), 0)
+    ov = _vsplat(_ptr(Ta.ctypes.data, fz), 2)
     bz0, bz1, by0, by1, bx0, bx1 = P[V_BOX], P[V_BOX + 1], P[V_BOX + 2], P[V_BOX + 3], P[V_BOX + 4], P[V_BOX + 5]
     D = P[V_D]
     H = P[V_H]
@@ -489,7 +558,11 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                                     tx = fcorr + P[cp + 3 * m + 2]
                                     for j in range(W):
                                         dst[d0 + j] += cz * F[tx + j]
-                        if epi >= EPI_BLEND:
+                        if epi >= EPI_NORM:
+                            inrow = bz0 <= zz < bz1 and by0 <= row < by1
+                            _norm_row(epi, inrow, bx0, bx1, out, orow, oK, X, XS, aux, ab + zz * aD + row * aH, msk,
+                                      mb + zz * mD + row * mH, tv, ov, W, L)
+                        elif epi >= EPI_BLEND:
                             inrow = bz0 <= zz < bz1 and by0 <= row < by1
                             _select_row(epi, inrow, bx0, bx1, out, orow, X, aux, ab + zz * aD + row * aH, msk,
                                         mb + zz * mD + row * mH, tv, W, L)
@@ -505,7 +578,7 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
 @njit(**_JIT)
 def _k_gsel(ga, ma, oa, Ta, fz, Ba, La, it0, it1):
     """``out = g`` where ``sel`` (``M >= Ta[0]`` inside the box ``Ba[3:9]``), else 0: the masked
-    gradient of the blend variant's backward.  Work items: planes ``(volume, z)``; ``Ba[:3]`` is
+    gradient of the blend variant's backward (``Ba[9]``: 1 instead of ``g``, the mask as 0/1).  Work items: planes ``(volume, z)``; ``Ba[:3]`` is
     ``(D, H, W)``.  Roles in ``La``: ``R_SRC`` (g), ``R_OUT``, ``R_MSK``."""
     g = _ptr(ga, fz)
     M = _ptr(ma, fz)
@@ -519,6 +592,8 @@ def _k_gsel(ga, ma, oa, Ta, fz, Ba, La, it0, it1):
     mD, mH = Lp[R_MSK + 4], Lp[R_MSK + 5]
     zv = _vmul(_vnz(g), _vnz(g))
     zero = _ptr(Ta.ctypes.data, fz)[1]
+    ov = _vsplat(_ptr(Ta.ctypes.data, fz), 2)
+    ones = Ba[9] != 0  # out = sel ? 1 : 0 (the mask as 0/1) instead of sel ? g : 0
     for it in range(it0, it1):
         v = it // D
         z = it % D
@@ -538,7 +613,8 @@ def _k_gsel(ga, ma, oa, Ta, fz, Ba, La, it0, it1):
                 if j + n <= x0 or j >= x1:
                     _stv(out, orow + j, zv, n, L)
                 else:
-                    _stv(out, orow + j, _vselge(_ldv(M, mrow + j, n, L), tv, _ldv(g, grow + j, n, L), zv), n, L)
+                    gv = ov if ones else _ldv(g, grow + j, n, L)
+                    _stv(out, orow + j, _vselge(_ldv(M, mrow + j, n, L), tv, gv, zv), n, L)
                     if j < x0 or j + n > x1:  # a vector across the box's edge
                         for q in range(j, j + n):
                             if q < x0 or q >= x1:

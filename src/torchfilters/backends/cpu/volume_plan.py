@@ -57,6 +57,10 @@ EPI_STACK, EPI_SUM, EPI_MAG, EPI_MAGSCALE = 0, 1, 2, 3
 #: selective blur: ``blend`` (forward: ``sel ? blur : x``), ``addrest`` (backward: ``blurT + (sel ? 0 : g)``);
 #: ``sel`` is ``M >= thr`` inside the plan's box (``M``: the input, or the mask as 0/1)
 EPI_BLEND, EPI_ADDREST = 4, 5
+#: normalized selective blur: forward ``norm`` (``(w & den > 0) ? num / den : x``, the two blurs read
+#: components 0 and 1), backward ``gdiv`` (writes ``[gd, rest]``: ``use ? g / den : 0``, ``use ? 0 : g``)
+#: then ``normt`` (``m * blurT(gd) + rest``)
+EPI_NORM, EPI_GDIV, EPI_NORMT = 6, 7, 8
 _EPI = {"stack": EPI_STACK, "sum": EPI_SUM, "magnitude": EPI_MAG}
 
 #: output rows (planes) one register-blocked step of the z- and y-passes computes
@@ -197,26 +201,26 @@ class VolPlan(NamedTuple):
 _plan_cache: dict = {}
 
 
-def plan(spec, sizes, backward, nvol, nthreads, isz, magscale=False, epi=None, box=None):
+def plan(spec, sizes, backward, nvol, nthreads, isz, magscale=False, epi=None, box=None, multi=False):
     """The tables for ``spec`` (lowered, :func:`supported`) on volumes of ``sizes = (D, H, W)``.
 
     ``backward``: the transposed operators (and the epilogue ``sum`` over the stencils, each
     reading its own source component when the forward epilogue is ``stack``);
     ``magscale``: forward passes with the epilogue that scales ``g`` by ``y_k / |y|``; ``epi``: another
     epilogue (``EPI_*``); ``box``: ``(z0, z1, y0, y1, x0, x1)`` where a selection may hold (default:
-    the volume)."""
-    key = (spec, tuple(sizes), backward, nvol, nthreads, isz, magscale, epi, box, math.copysign(1.0, spec.cval))
+    the volume); ``multi``: forward, stencil ``k`` reads source component ``k``."""
+    key = (spec, tuple(sizes), backward, nvol, nthreads, isz, magscale, epi, box, multi, math.copysign(1.0, spec.cval))
     hit = _plan_cache.get(key)
     if hit is not None:
         return hit
-    out = _build(spec, tuple(sizes), backward, nvol, nthreads, isz, magscale, epi, box)
+    out = _build(spec, tuple(sizes), backward, nvol, nthreads, isz, magscale, epi, box, multi)
     if len(_plan_cache) > 256:
         _plan_cache.clear()
     _plan_cache[key] = out
     return out
 
 
-def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=None, box=None):
+def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=None, box=None, multi=False):
     D, H, W = sizes
     mz, my, mx = modes3(spec)
     sts = [passes_by_axis(st) for st in spec.stencils]
@@ -227,7 +231,7 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
         comps = spec.epilogue == "stack" and K > 1
     else:
         epi = EPI_MAGSCALE if magscale else _EPI[spec.epilogue]
-        comps = False
+        comps = multi
     csr = _csr_backward if backward else _csr_forward
 
     F = [spec.cval, 0.0]  # float64
