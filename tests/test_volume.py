@@ -334,24 +334,25 @@ def test_no_reference_fixture_catches_a_fallback(no_reference):
         tf.correlate(x, np.ones((2, 2, 2)).tolist(), axes=AX, backend="cpu")
 
 
+@pytest.mark.parametrize("normalized", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_selective_blur_dtypes_layouts(dtype):
-    """Blend variant: low precision (the threshold compared in the input's dtype), non-contiguous
+def test_selective_blur_dtypes_layouts(dtype, normalized):
+    """Both variants: low precision (the threshold compared in the input's dtype), non-contiguous
     inputs, ``out=``, a broadcast mask, and a 2-D spec with per-axis modes (volumes of depth 1)."""
     torch.manual_seed(11)
     base = torch.randn(2, 3, 6, 7, 20)
     x = base[..., ::2].to(dtype)  # rows of stride 2
-    ref = tf.selective_blur(x.double(), 0.25, sigma=1.0, axes=AX, mode="mirror", backend="reference")
+    ref = tf.selective_blur(x.double(), 0.25, sigma=1.0, axes=AX, mode="mirror", normalized=normalized, backend="reference")
     with pytest.MonkeyPatch.context() as mp:
         for name in ("blur_compute", "blur_vjp"):
             mp.setattr(reference, name, _boom)
-        y = tf.selective_blur(x, 0.25, sigma=1.0, axes=AX, mode="mirror", backend="cpu")
+        y = tf.selective_blur(x, 0.25, sigma=1.0, axes=AX, mode="mirror", normalized=normalized, backend="cpu")
         out = torch.empty(2, 3, 6, 10, 7, dtype=dtype).transpose(-1, -2)
-        tf.selective_blur(x, 0.25, sigma=1.0, axes=AX, mode="mirror", backend="cpu", out=out)
+        tf.selective_blur(x, 0.25, sigma=1.0, axes=AX, mode="mirror", normalized=normalized, backend="cpu", out=out)
         mask = torch.rand(6, 7, 10) > 0.5
-        ym = tf.selective_blur(x, mask=mask, sigma=1.0, axes=AX, keep_border=True, backend="cpu")
+        ym = tf.selective_blur(x, mask=mask, sigma=1.0, axes=AX, keep_border=True, normalized=normalized, backend="cpu")
         x2 = x.float().requires_grad_()
-        y2 = tf.selective_blur(x2, 0.0, sigma=(1.0, 2.0), mode=("wrap", "nearest"), backend="cpu")
+        y2 = tf.selective_blur(x2, 0.0, sigma=(1.0, 2.0), mode=("wrap", "nearest"), normalized=normalized, backend="cpu")
         g = torch.randn_like(y2)
         (g2,) = torch.autograd.grad(y2, x2, g)
     tol = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
@@ -359,10 +360,10 @@ def test_selective_blur_dtypes_layouts(dtype):
     # the threshold is rounded to the dtype, as torch compares; values within its rounding of SciPy's
     torch.testing.assert_close(y.double(), ref, rtol=tol, atol=tol * 4)
     torch.testing.assert_close(out, y, rtol=0, atol=0)
-    rm = tf.selective_blur(x.double(), mask=mask, sigma=1.0, axes=AX, keep_border=True, backend="reference")
+    rm = tf.selective_blur(x.double(), mask=mask, sigma=1.0, axes=AX, keep_border=True, normalized=normalized, backend="reference")
     torch.testing.assert_close(ym.double(), rm, rtol=tol, atol=tol * 4)
     xr = x.double().requires_grad_()
-    yr = tf.selective_blur(xr, 0.0, sigma=(1.0, 2.0), mode=("wrap", "nearest"), backend="reference")
+    yr = tf.selective_blur(xr, 0.0, sigma=(1.0, 2.0), mode=("wrap", "nearest"), normalized=normalized, backend="reference")
     (gr,) = torch.autograd.grad(yr, xr, g.double())
     torch.testing.assert_close(y2.double(), yr, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(g2.double(), gr, rtol=1e-5, atol=1e-5)

@@ -10,12 +10,13 @@ one pass per axis and finite taps, epilogues ``stack`` (``K >= 1`` components), 
 passes write ``g * y_k / |y|``, 0 where ``|y| = 0``, into ``K`` temporaries; then the
 transposed passes sum them).
 
-Selective blur (:class:`~torchfilters._spec.BlurSpec` with such a stencil): the *blend* variant
-runs fused -- forward one pass (blur, select ``x >= threshold`` or the mask, store), backward
-the masked gradient (``volume_kernels._k_gsel``) then the transposed passes with the rest
-``(1 - w) g`` added in their epilogue; ``keep_border`` is a box the selection holds in.  The
-*normalized* variant runs its blurs here and the masked mean in torch (the reference engine's
-formulas: correct, not yet fused).
+Selective blur (:class:`~torchfilters._spec.BlurSpec` with such a stencil), the reference
+engine's formulas, fused: *blend* forward is one pass (blur, select ``x >= threshold`` or the
+mask, store); backward the masked gradient (``volume_kernels._k_gsel``) then the transposed
+passes with the rest ``(1 - w) g`` added in their epilogue.  *normalized* forward: ``[m x, m]``
+(``_k_gsel``), then both blurs and the masked mean in one pass; backward: the mask as 0/1, one
+blur writing ``[use ? g / den : 0, use ? 0 : g]``, the transposed blur adding the rest.
+``keep_border`` is a box the selection holds in.  (Temporaries come from the output cache.)
 
 **Falls back to** ``reference``: dense stencils, the ``direction`` epilogue, two passes along
 one axis, non-finite taps, ``constant`` mode with a non-finite ``cval``, empty tensors.
