@@ -200,6 +200,14 @@ def _blur_linear(spec):
     return fs if supported(fs) else None
 
 
+def _blur_parts(spec, shape):
+    """``(spec, linear part)`` of a blur spec on ``shape``: the linear part folded onto the image
+    (``lower``) even with ``keep_border``, whose band ``_box`` takes from the unfolded stencil."""
+    spec = lower(spec, shape)
+    fs = _blur_linear(spec)
+    return spec, (None if fs is None else lower(fs, shape))
+
+
 def _finish(y, dtype, out):
     if out is None:
         return y.to(dtype)
@@ -365,8 +373,7 @@ def blur_forward(x, mask, spec, threshold, out=None):
     formulas)."""
     if not isinstance(spec, BlurSpec) or x.numel() == 0:
         return reference.blur_forward(x, mask, spec, threshold, out)
-    spec = lower(spec, x.shape)
-    fs = _blur_linear(spec)
+    spec, fs = _blur_parts(spec, x.shape)
     if fs is None:
         return reference.blur_forward(x, mask, spec, threshold, out)
     if not spec.normalized:
@@ -377,8 +384,7 @@ def blur_forward(x, mask, spec, threshold, out=None):
 def blur_backward(grad, x, mask, spec, threshold, out=None):
     if not isinstance(spec, BlurSpec) or x.numel() == 0:
         return reference.blur_backward(grad, x, mask, spec, threshold, out)
-    spec = lower(spec, x.shape)
-    fs = _blur_linear(spec)
+    spec, fs = _blur_parts(spec, x.shape)
     if fs is None:
         return reference.blur_backward(grad, x, mask, spec, threshold, out)
     if not spec.normalized:
