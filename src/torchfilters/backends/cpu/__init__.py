@@ -12,7 +12,9 @@ Modules: ``prims`` (numba primitives), ``tables`` (plan array layout), ``plan``
 (tiled backward engine), ``direct`` (the direct 3x3 path), ``separable`` (symmetric
 separable specs: register-blocked fused passes), ``simd`` (explicit vectors for it),
 ``buffers`` (the output cache), ``threads`` (the thread pool), ``cache`` (where compiled
-kernels are cached).
+kernels are cached), ``volume`` / ``volume_plan`` / ``volume_kernels`` (the volume engine: specs
+of three axes, or two with per-axis modes, that no plane engine maps; ``_planar.adapt`` hands
+them over).
 """
 
 from __future__ import annotations
