@@ -6,6 +6,7 @@ Sections (``--only``):
   b        selective_blur forward + backward, (64, 64, 64, 64)
   a2       Sobel gradient magnitude of one 4096x4096 image
   c        gaussian_filter(sigma=2) on a (200, 128, 28, 28) batch and a 4096x4096 image
+  v        3-D volumes: Sobel gradient magnitude (2, 1, 128^3) and gaussian_filter sigma=2 (1, 1, 192^3)
   d        time per element from 1e4 to 4e8 elements, and call latency at (1, 1, 28, 28)
   lap      laplace and uniform_filter(size=5) on (64, 64, 64, 64); gaussian_laplace(sigma=2) on 4096x4096
   startup  the first call of a fresh process, with an empty and with a warm numba cache
@@ -325,6 +326,104 @@ def section_lap():
         ts = row(S, "SciPy ndimage.gaussian_laplace", median(lambda: ndi.gaussian_laplace(x.numpy(), 2.0), slow=True))
         ratio_line(f"gaussian_laplace: {ts / t:.1f}x faster than SciPy")
     del x, y
+# --------------------------------------------------------------------------- (v)
+
+
+def section_v():
+    """3-D volumes: the volume engine (``backends/cpu/volume.py``)."""
+    print("\n(v) 3-D Sobel gradient magnitude, (2, 1, 128, 128, 128) float32, mode='reflect'")
+    S = "v sobel"
+    x = torch.randn(2, 1, 128, 128, 128)
+    y = torch.empty_like(x)
+    ax = (-3, -2, -1)
+    t_new = row(S, "torchfilters.gradient_magnitude(x, 'sobel', axes=(-3, -2, -1))",
+                median(lambda: tf.gradient_magnitude(x, operator="sobel", axes=ax)))
+    t_out = row(S, "... out=y", median(lambda: tf.gradient_magnitude(x, operator="sobel", axes=ax, out=y)))
+    xg = x.clone().requires_grad_()
+    g = torch.randn_like(x)
+
+    def fwd_bwd():
+        xg.grad = None
+        tf.gradient_magnitude(xg, operator="sobel", axes=ax).backward(g)
+
+    row(S, "... forward + backward", median(fwd_bwd))
+    t_floor = row(S, "floor: torch.neg(x, out=y)", median(lambda: torch.neg(x, out=y)))
+    ratio_line(f"{t_new / t_floor:.2f}x the floor (target <= 2.5x); with out=: {t_out / t_floor:.2f}x")
+    others = {}
+    if not QUICK:
+        others["reference engine (the fallback before the volume engine)"] = median(
+            lambda: tf.gradient_magnitude(x, operator="sobel", axes=ax, backend="reference"), slow=True)
+    if ndi is not None:
+        xn = x.numpy()
+
+        def scipy_sobel():
+            for v in xn.reshape(-1, 128, 128, 128):
+                gz, gy, gx = (ndi.sobel(v, axis=a) for a in range(3))
+                np.sqrt(gz * gz + gy * gy + gx * gx)
+
+        others["SciPy 3x ndimage.sobel + hypot"] = median(scipy_sobel, slow=True)
+    if kornia is not None:
+        others["Kornia spatial_gradient3d (diff) + norm"] = median(
+            lambda: kornia.filters.spatial_gradient3d(x, mode="diff").norm(dim=2), slow=True)
+    for label, t in others.items():
+        row(S, label, t)
+    for label, t in others.items():
+        target = " (target >= 20x)" if label.startswith("SciPy") else " (target > 1x)" if "Kornia" in label else ""
+        ratio_line(f"{t / t_new:.1f}x faster than {label}{target}")
+    del x, y, xg, g
+    fresh()
+
+    print("\n(v) 3-D gaussian_filter sigma=2 (17 taps per axis), (1, 1, 192, 192, 192) float32, mode='reflect'")
+    S = "v gaussian"
+    x = torch.randn(1, 1, 192, 192, 192)
+    y = torch.empty_like(x)
+    t_new = row(S, "torchfilters.gaussian_filter(x, 2.0, axes=(-3, -2, -1))",
+                median(lambda: tf.gaussian_filter(x, 2.0, axes=ax)))
+    t_out = row(S, "... out=y", median(lambda: tf.gaussian_filter(x, 2.0, axes=ax, out=y)))
+    xg = x.clone().requires_grad_()
+    g = torch.randn_like(x)
+
+    def fwd_bwd_g():
+        xg.grad = None
+        tf.gaussian_filter(xg, 2.0, axes=ax).backward(g)
+
+    row(S, "... forward + backward", median(fwd_bwd_g))
+    t_floor = row(S, "floor: torch.neg(x, out=y)", median(lambda: torch.neg(x, out=y)))
+    ratio_line(f"{t_new / t_floor:.2f}x the floor (target <= 3x); with out=: {t_out / t_floor:.2f}x")
+    others = {}
+    if not QUICK:
+        others["reference engine (the fallback before the volume engine)"] = median(
+            lambda: tf.gaussian_filter(x, 2.0, axes=ax, backend="reference"), slow=True)
+    if ndi is not None:
+        xn = x.numpy()[0, 0]
+        others["SciPy ndimage.gaussian_filter"] = median(lambda: ndi.gaussian_filter(xn, 2.0), slow=True)
+    for label, t in others.items():
+        row(S, label, t)
+    for label, t in others.items():
+        target = " (target >= 8x)" if label.startswith("SciPy") else ""
+        ratio_line(f"{t / t_new:.1f}x faster than {label}{target}")
+    del x, y, xg, g
+    fresh()
+
+    print("\n(v) 3-D selective_blur (blend, sigma=1, x >= 0), (2, 1, 128, 128, 128) float32")
+    S = "v blur"
+    x = torch.randn(2, 1, 128, 128, 128)
+    g = torch.randn_like(x)
+    xg = x.clone().requires_grad_()
+
+    def blur_fb(backend=None):
+        xg.grad = None
+        tf.selective_blur(xg, 0.0, sigma=1.0, axes=ax, backend=backend).backward(g)
+
+    t_f = row(S, "torchfilters.selective_blur(x, 0.0, sigma=1.0, axes=(-3, -2, -1))",
+              median(lambda: tf.selective_blur(x, 0.0, sigma=1.0, axes=ax)))
+    t_fb = row(S, "... forward + backward", median(blur_fb))
+    t_g = row(S, "gaussian_filter(x, 1.0, axes=(-3, -2, -1)) alone", median(lambda: tf.gaussian_filter(x, 1.0, axes=ax)))
+    if not QUICK:
+        t_ref = row(S, "reference engine forward + backward", median(lambda: blur_fb("reference"), slow=True))
+        ratio_line(f"{t_ref / t_fb:.1f}x faster than the reference engine (forward + backward)")
+    ratio_line(f"forward {t_f / t_g:.2f}x the Gaussian alone")
+    del x, g, xg
     fresh()
 
 
@@ -541,7 +640,7 @@ def main(argv=None):
     global QUICK
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller repeat counts")
-    p.add_argument("--only", default="a,b,a2,c,d,lap,startup", help="comma-separated sections (default: all)")
+    p.add_argument("--only", default="a,b,a2,c,v,lap,d,startup", help="comma-separated sections (default: all)")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
     args = p.parse_args(argv)
     QUICK = args.quick
@@ -552,8 +651,8 @@ def main(argv=None):
     t0 = time.perf_counter()
     tf.gradient_magnitude(torch.randn(2, 3, 28, 28))
     print(f"first torchfilters call: {time.perf_counter() - t0:.2f} s")
-    sections = {"a": section_a, "b": section_b, "a2": section_a2, "c": section_c, "d": section_d,
-                "lap": section_lap, "startup": section_startup}
+    sections = {"a": section_a, "b": section_b, "a2": section_a2, "c": section_c, "v": section_v,
+                "lap": section_lap, "d": section_d, "startup": section_startup}
     for name in args.only.split(","):
         sections[name.strip()]()
     end = _load_change(start)

@@ -12,7 +12,9 @@ Modules: ``prims`` (numba primitives), ``tables`` (plan array layout), ``plan``
 (tiled backward engine), ``direct`` (the direct 3x3 path), ``separable`` (symmetric
 separable specs: register-blocked fused passes), ``simd`` (explicit vectors for it),
 ``buffers`` (the output cache), ``threads`` (the thread pool), ``cache`` (where compiled
-kernels are cached).
+kernels are cached), ``volume`` / ``volume_plan`` / ``volume_kernels`` (the volume engine: specs
+of three axes, or two with per-axis modes, that no plane engine maps; ``_planar.adapt`` hands
+them over).
 """
 
 from __future__ import annotations
@@ -181,10 +183,12 @@ def _blur_backward_planes(grad, x, mask, spec: BlurSpec, threshold: float, out=N
     return o
 
 
-# specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of one row, or the reference
-# engine where no plane engine fits
+# specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of one row, or the volume
+# engine where no plane engine fits (it hands what it does not run to the reference engine)
+from . import volume  # noqa: E402
+
 filter_forward, filter_backward, blur_forward, blur_backward = adapt(
     SimpleNamespace(filter_forward=_filter_forward_planes, filter_backward=_filter_backward_planes,
                     blur_forward=_blur_forward_planes, blur_backward=_blur_backward_planes),
-    reference,
+    volume,
 )

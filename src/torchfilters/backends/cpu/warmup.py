@@ -79,6 +79,11 @@ def _calls(dtype: torch.dtype) -> Iterator[tuple[str, Callable[[], object]]]:
         for nz in (False, True):
             yield f"selective_blur {mode} normalized={nz}", fwd_bwd(
                 lambda t, m=mode, nz=nz: tf.selective_blur(t, 0.5, mode=m, normalized=nz))
+    # the volume engine (``volume.py``): one kernel per dtype runs every 3-axis spec, plus the blend
+    # variant's masked-gradient kernel
+    yield "gradient_magnitude sobel axes=(-3, -2, -1)", fwd_bwd(
+        lambda t: tf.gradient_magnitude(t.unsqueeze(0), operator="sobel", axes=(-3, -2, -1)))
+    yield "selective_blur axes=(-3, -2, -1)", fwd_bwd(lambda t: tf.selective_blur(t, 0.5, axes=(-3, -2, -1)))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,395 @@
+"""The CPU engine's volume path (``backends/cpu/volume.py``): ``sep`` specs over three axes, and
+two-axis specs with per-axis modes, fused forward and backward.
+
+SciPy in float64 is the oracle (per 3-D slice of ``(..., D, H, W)``); the public API is called
+with ``axes=(-3, -2, -1)`` and ``backend="cpu"``.  ``no_reference`` makes sure the volume engine,
+not the reference fallback, ran.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.ndimage as ndi
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import torchfilters as tf
+from torchfilters._spec import FilterSpec, sep
+from torchfilters.backends import reference
+from torchfilters.backends.cpu import volume
+
+AX = (-3, -2, -1)
+MODES = ("reflect", "mirror", "nearest", "wrap", "constant")
+MIX = ("wrap", "constant", "mirror")  # one mode per axis
+CVAL = 0.7
+
+
+@pytest.fixture
+def no_reference(monkeypatch):
+    """The reference engine raises: a test using this runs on the volume engine alone."""
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the reference engine ran")
+
+    for name in ("filter_forward", "filter_backward", "filter_compute", "filter_vjp", "blur_forward", "blur_backward",
+                 "blur_compute", "blur_vjp", "apply_stencil", "apply_stencil_adjoint"):
+        monkeypatch.setattr(reference, name, boom)
+
+
+def slices(fn, a):
+    """``fn`` applied to every 3-D slice of ``a`` (float64)."""
+    a = np.asarray(a, np.float64)
+    flat = a.reshape((-1,) + a.shape[-3:])
+    return np.stack([fn(v) for v in flat]).reshape(a.shape[:-3] + fn(flat[0]).shape)
+
+
+def _sobel_mag(v, mode, cval):
+    return np.sqrt(sum(ndi.sobel(v, axis=q, mode=mode, cval=cval) ** 2 for q in range(3)))
+
+
+# (name, ours(x, mode, cval), scipy(v, mode, cval)) -- SciPy's modes may be a sequence
+OPS = {
+    "gaussian": (lambda x, m, c: tf.gaussian_filter(x, (1.0, 1.5, 0.8), axes=AX, mode=m, cval=c, backend="cpu"),
+                 lambda v, m, c: ndi.gaussian_filter(v, (1.0, 1.5, 0.8), mode=m, cval=c)),
+    # radius 12 on axes of size 1 .. 7: the folds wrap many times
+    "gaussian_wide": (lambda x, m, c: tf.gaussian_filter(x, 3.0, axes=AX, mode=m, cval=c, backend="cpu"),
+                      lambda v, m, c: ndi.gaussian_filter(v, 3.0, mode=m, cval=c)),
+    "sobel_magnitude": (lambda x, m, c: tf.gradient_magnitude(x, operator="sobel", axes=AX, mode=m, cval=c,
+                                                              backend="cpu"),
+                        _sobel_mag),
+    "laplace": (lambda x, m, c: tf.laplace(x, axes=AX, mode=m, cval=c, backend="cpu"),
+                lambda v, m, c: ndi.laplace(v, mode=m, cval=c)),
+    "uniform": (lambda x, m, c: tf.uniform_filter(x, size=(3, 4, 5), axes=AX, mode=m, cval=c, backend="cpu"),
+                lambda v, m, c: ndi.uniform_filter(v, size=(3, 4, 5), mode=m, cval=c)),
+    "gaussian_laplace": (lambda x, m, c: tf.gaussian_laplace(x, 1.2, axes=AX, mode=m, cval=c, backend="cpu"),
+                         lambda v, m, c: ndi.gaussian_laplace(v, 1.2, mode=m, cval=c)),
+    "gaussian_gradient_magnitude": (
+        lambda x, m, c: tf.gaussian_gradient_magnitude(x, 1.1, axes=AX, mode=m, cval=c, backend="cpu"),
+        lambda v, m, c: ndi.gaussian_gradient_magnitude(v, 1.1, mode=m, cval=c)),
+}
+
+#: SciPy's generic_gradient_magnitude / generic_laplace hand the derivative along axis ``i`` the one
+#: mode ``modes[i]`` for every axis; torchfilters gives every pass its own axis's mode
+_ONE_MODE_PER_TERM = ("gaussian_laplace", "gaussian_gradient_magnitude")
+
+SHAPES = [(2, 5, 6, 7), (1, 1, 1, 1), (2, 2, 1, 3), (1, 3, 2, 9), (7, 2, 1), (1, 19, 12, 10), (1, 26, 27, 40)]
+
+
+def _check(name, x, mode, cval, rtol=1e-10, atol=1e-10):
+    ours, ref = OPS[name]
+    y = ours(x, mode, cval)
+    want = slices(lambda v: ref(v, mode, cval), x.double().numpy())
+    np.testing.assert_allclose(y.double().numpy(), want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("mode", MODES + (MIX,), ids=str)
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_forward_matches_scipy(name, mode, no_reference):
+    if isinstance(mode, tuple) and name in _ONE_MODE_PER_TERM:
+        pytest.skip("SciPy runs each axis's term of this op with that axis's mode on every axis")
+    torch.manual_seed(0)
+    for shape in SHAPES:
+        x = torch.randn(shape, dtype=torch.float64)
+        _check(name, x, mode, CVAL)
+
+
+def _deriv_oracle(v, q, smooth, mode, cval):
+    """SciPy's ``sobel`` order for any smoothing: the derivative along ``q`` first, then the
+    smoothing along the other axes in order, each pass padding its own input."""
+    m = mode if isinstance(mode, tuple) else (mode,) * 3
+    out = ndi.correlate1d(v, [-1.0, 0.0, 1.0], axis=q, mode=m[q], cval=cval)
+    for a in range(3):
+        if a != q:
+            out = ndi.correlate1d(out, smooth, axis=a, mode=m[a], cval=cval)
+    return out
+
+
+@pytest.mark.parametrize("operator,smooth", [("sobel", [1.0, 2.0, 1.0]), ("scharr", [3.0, 10.0, 3.0])])
+def test_gradient_components(operator, smooth, no_reference):
+    torch.manual_seed(1)
+    x = torch.randn(2, 4, 5, 6, dtype=torch.float64)
+    for mode in MODES + (MIX,):
+        g = tf.gradient(x, operator=operator, axes=AX, mode=mode, cval=CVAL, backend="cpu")
+        assert g.shape == (2, 3, 4, 5, 6)
+        for q in range(3):
+            want = slices(lambda v: _deriv_oracle(v, q, smooth, mode, CVAL), x.numpy())
+            np.testing.assert_allclose(g[:, q].numpy(), want, rtol=1e-10, atol=1e-9)
+
+
+@pytest.mark.parametrize("modes", [("wrap", "nearest"), ("constant", "reflect"), ("mirror", "constant")])
+def test_two_axes_per_axis_modes(modes, no_reference):
+    """A 2-D spec whose axes have different modes runs as volumes of depth 1."""
+    torch.manual_seed(2)
+    x = torch.randn(3, 2, 7, 9, dtype=torch.float64)
+    y = tf.gaussian_filter(x, (1.3, 2.5), mode=modes, cval=CVAL, backend="cpu")
+    want = ndi.gaussian_filter(x.numpy(), (1.3, 2.5), mode=modes, cval=CVAL, axes=(-2, -1))
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-10, atol=1e-10)
+    m = tf.gradient_magnitude(x, operator="sobel", mode=modes, cval=CVAL, backend="cpu")
+    flat = x.numpy().reshape(-1, 7, 9)
+    want = np.stack([np.sqrt(sum(ndi.sobel(v, axis=a, mode=modes, cval=CVAL) ** 2 for a in (0, 1))) for v in flat])
+    want = want.reshape(x.shape)
+    np.testing.assert_allclose(m.numpy(), want, rtol=1e-10, atol=1e-10)
+
+
+def test_two_of_three_axes(no_reference):
+    """``axes=(-3, -1)``: a 3-axis spec that reads nothing along -2, with per-axis modes."""
+    torch.manual_seed(3)
+    x = torch.randn(2, 5, 4, 6, dtype=torch.float64)
+    y = tf.gaussian_filter(x, (1.0, 2.0), axes=(-3, -1), mode=("nearest", "wrap"), backend="cpu")
+    want = ndi.gaussian_filter(x.numpy(), (1.0, 2.0), axes=(-3, -1), mode=("nearest", "wrap"))
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-10, atol=1e-10)
+
+
+@given(d=st.integers(1, 6), h=st.integers(1, 6), w=st.integers(1, 20), sigma=st.floats(0.3, 4.0),
+       mode=st.sampled_from(MODES) | st.tuples(*[st.sampled_from(MODES)] * 3),
+       op=st.sampled_from(sorted(OPS)))
+def test_sampled(d, h, w, sigma, mode, op):
+    torch.manual_seed(d * 100 + h * 10 + w)
+    x = torch.randn(2, d, h, w, dtype=torch.float64)
+    y = tf.gaussian_filter(x, sigma, axes=AX, mode=mode, cval=CVAL, backend="cpu")
+    want = slices(lambda v: ndi.gaussian_filter(v, sigma, mode=mode, cval=CVAL), x.numpy())
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-10, atol=1e-10)
+    if not (isinstance(mode, tuple) and op in _ONE_MODE_PER_TERM):
+        _check(op, x, mode, CVAL)
+
+
+# ----------------------------------------------------------------- dtypes, layouts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["gaussian", "sobel_magnitude", "laplace", "gaussian_gradient_magnitude"])
+def test_low_precision(name, dtype, no_reference):
+    torch.manual_seed(4)
+    x = torch.rand(2, 5, 6, 17).to(dtype)
+    ours, ref = OPS[name]
+    y = ours(x, "reflect", 0.0)
+    assert y.dtype == dtype
+    want = slices(lambda v: ref(v, "reflect", 0.0), x.double().numpy())
+    eps = {torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}[dtype]
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(y.double().numpy(), want, rtol=2 * eps, atol=4 * eps * scale)
+
+
+def test_layouts_and_out(no_reference):
+    torch.manual_seed(5)
+    base = torch.randn(2, 3, 6, 7, 10, dtype=torch.float64)
+    want = tf.gaussian_filter(base.contiguous(), 1.2, axes=AX, backend="cpu")
+    views = {
+        "channels_last_3d": base.contiguous(memory_format=torch.channels_last_3d),
+        "sliced": torch.randn(2, 3, 8, 9, 10, dtype=torch.float64)[:, :, 1:7, 2:9],
+        "transposed": base.transpose(0, 1).contiguous().transpose(0, 1),
+        "strided_rows": torch.randn(2, 3, 6, 7, 20, dtype=torch.float64)[..., ::2],
+        "permuted_spatial": base.permute(0, 1, 2, 4, 3).contiguous().permute(0, 1, 2, 4, 3),
+    }
+    views["sliced"][...] = base
+    views["strided_rows"][...] = base
+    for name, v in views.items():
+        y = tf.gaussian_filter(v, 1.2, axes=AX, backend="cpu")
+        torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12, msg=name)
+    # out=: contiguous (in place), non-contiguous (through a temporary)
+    out = torch.empty_like(base)
+    r = tf.gaussian_filter(base, 1.2, axes=AX, backend="cpu", out=out)
+    assert r is out
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    out = torch.empty(2, 3, 6, 10, 7, dtype=torch.float64).transpose(-1, -2)
+    tf.gaussian_filter(base, 1.2, axes=AX, backend="cpu", out=out)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    g = tf.gradient(base, operator="sobel", axes=AX, backend="cpu")
+    out = torch.empty(3, 2, 3, 6, 7, 10, dtype=torch.float64).permute(1, 2, 0, 3, 4, 5)
+    tf.gradient(base, operator="sobel", axes=AX, backend="cpu", out=out)
+    torch.testing.assert_close(out, g, rtol=1e-12, atol=1e-12)
+    # float32 out of a float32 input, written in place
+    x32 = base.float()
+    o32 = torch.empty_like(x32)
+    tf.gradient_magnitude(x32, operator="sobel", axes=AX, backend="cpu", out=o32)
+    torch.testing.assert_close(o32, tf.gradient_magnitude(base, operator="sobel", axes=AX).float(), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_empty():
+    for shape in [(0, 4, 5, 6), (2, 0, 5, 6), (2, 3, 5, 0)]:
+        x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        y = tf.gradient_magnitude(x, operator="sobel", axes=AX, backend="cpu")
+        assert y.shape == x.shape
+        y.sum().backward()
+        assert x.grad.shape == x.shape
+        g = tf.gradient(x.detach(), operator="sobel", axes=AX, backend="cpu")
+        assert g.shape == shape[:-3] + (3,) + shape[-3:]
+
+
+# ----------------------------------------------------------------------- gradients
+
+
+GRAD_OPS = {
+    "gaussian": lambda x, m, b: tf.gaussian_filter(x, (0.8, 1.4, 1.0), axes=AX, mode=m, cval=CVAL, backend=b),
+    "gaussian_wide": lambda x, m, b: tf.gaussian_filter(x, 2.0, axes=AX, mode=m, backend=b),
+    "gradient": lambda x, m, b: tf.gradient(x, operator="sobel", axes=AX, mode=m, cval=CVAL, backend=b),
+    "sobel_magnitude": lambda x, m, b: tf.gradient_magnitude(x, operator="sobel", axes=AX, mode=m, backend=b),
+    "gaussian_gradient_magnitude": lambda x, m, b: tf.gaussian_gradient_magnitude(x, 0.9, axes=AX, mode=m,
+                                                                                 backend=b),
+    "laplace": lambda x, m, b: tf.laplace(x, axes=AX, mode=m, cval=CVAL, backend=b),
+    "uniform": lambda x, m, b: tf.uniform_filter(x, size=(2, 3, 4), axes=AX, mode=m, backend=b),
+}
+
+
+@pytest.mark.parametrize("mode", MODES + (MIX,), ids=str)
+@pytest.mark.parametrize("name", sorted(GRAD_OPS))
+def test_gradcheck(name, mode, no_reference):
+    torch.manual_seed(6)
+    for shape in [(1, 3, 4, 5), (2, 1, 2, 3)]:
+        x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(lambda t: GRAD_OPS[name](t, mode, "cpu"), (x,), eps=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_OPS))
+def test_backward_matches_reference(name):
+    torch.manual_seed(7)
+    x = torch.randn(1, 26, 27, 21, dtype=torch.float64, requires_grad=True)
+    for mode in MODES + (MIX,):
+        yc = GRAD_OPS[name](x, mode, "cpu")
+        g = torch.randn_like(yc)
+        (gc,) = torch.autograd.grad(yc, x, g)
+        (gr,) = torch.autograd.grad(GRAD_OPS[name](x, mode, "reference"), x, g)
+        torch.testing.assert_close(gc, gr, rtol=1e-10, atol=1e-10)
+
+
+def test_magnitude_gradient_zero_on_flat(no_reference):
+    x = torch.ones(1, 4, 5, 6, dtype=torch.float64, requires_grad=True)
+    y = tf.gradient_magnitude(x, operator="sobel", axes=AX, mode="nearest", backend="cpu")
+    assert (y == 0).all()
+    y.sum().backward()
+    assert torch.isfinite(x.grad).all() and (x.grad == 0).all()
+    x = torch.ones(1, 4, 5, 6, requires_grad=True)  # float32, through the same kernel
+    tf.gradient_magnitude(x, operator="sobel", axes=AX, mode="reflect", backend="cpu").sum().backward()
+    assert (x.grad == 0).all()
+
+
+def test_low_precision_backward(no_reference):
+    torch.manual_seed(8)
+    x64 = torch.randn(2, 4, 5, 9, dtype=torch.float64)
+    g64 = torch.randn(2, 4, 5, 9, dtype=torch.float64)
+    ref = None
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        x = x64.to(dtype).detach().clone().requires_grad_()
+        y = tf.gaussian_filter(x, 1.0, axes=AX, mode="mirror", backend="cpu")
+        y.backward(g64.to(dtype))
+        assert x.grad.dtype == dtype
+        if ref is None:
+            ref = x.grad
+        else:
+            tol = 1e-5 if dtype == torch.float32 else 3e-2
+            torch.testing.assert_close(x.grad.double(), ref, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------------- fallbacks
+
+
+@pytest.mark.parametrize("kw", [{}, {"normalized": True}, {"keep_border": True}, {"normalized": True, "keep_border": True},
+                                {"sigma": (0.8, 1.6, 0.5)}], ids=str)
+@pytest.mark.parametrize("mode", ["reflect", "constant", MIX], ids=str)
+def test_selective_blur(kw, mode):
+    """3-D selective blur: the blur and its transpose on the volume engine; values and gradients
+    equal the reference engine's."""
+    torch.manual_seed(10)
+    kw = {"sigma": 1.0, **kw}
+    for shape in [(2, 5, 6, 7), (1, 10, 9, 11), (1, 1, 2, 3)]:
+        x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+        for mask in (None, torch.rand(shape[-3:]) > 0.3):
+            args = dict(mask=mask, axes=AX, mode=mode, cval=CVAL, **kw)
+            with pytest.MonkeyPatch.context() as mp:
+                for name in ("blur_compute", "blur_vjp", "filter_compute", "filter_vjp"):
+                    mp.setattr(reference, name, _boom)
+                yc = tf.selective_blur(x, 0.1, backend="cpu", **args)
+                g = torch.randn_like(yc)
+                (gc,) = torch.autograd.grad(yc, x, g)
+            yr = tf.selective_blur(x, 0.1, backend="reference", **args)
+            (gr,) = torch.autograd.grad(yr, x, g)
+            torch.testing.assert_close(yc, yr, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(gc, gr, rtol=1e-12, atol=1e-12)
+
+
+def _boom(*args, **kwargs):
+    raise AssertionError("the reference engine ran")
+
+
+def test_what_falls_back():
+    """Dense 3-D stencils go to the reference engine (and are right)."""
+    torch.manual_seed(9)
+    x = torch.randn(1, 4, 5, 6, dtype=torch.float64)
+    w = np.random.default_rng(0).standard_normal((3, 2, 3))
+    y = tf.correlate(x, w.tolist(), axes=AX, mode="wrap", backend="cpu")
+    np.testing.assert_allclose(y.numpy()[0], ndi.correlate(x.numpy()[0], w, mode="wrap"), rtol=1e-10, atol=1e-10)
+    st = sep((-3, -1, (1.0, 0.0, -1.0)))
+    assert volume.runs(FilterSpec("reflect", 0.0, "magnitude", (st, st), 3))
+    assert not volume.runs(FilterSpec("reflect", 0.0, "direction", (st, st), 3))
+    assert not volume.runs(FilterSpec("constant", float("nan"), "stack", (st,), 3))
+    assert not volume.runs(FilterSpec("reflect", 0.0, "stack", (sep((-1, -1, (1.0, 1.0)), (-1, -1, (1.0, 1.0))),), 3))
+
+
+def test_no_reference_fixture_catches_a_fallback(no_reference):
+    x = torch.randn(1, 3, 3, 3, dtype=torch.float64)
+    with pytest.raises(AssertionError, match="reference engine ran"):
+        tf.correlate(x, np.ones((2, 2, 2)).tolist(), axes=AX, backend="cpu")
+
+
+@pytest.mark.parametrize("normalized", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_selective_blur_dtypes_layouts(dtype, normalized):
+    """Both variants: low precision (the threshold compared in the input's dtype), non-contiguous
+    inputs, ``out=``, a broadcast mask, and a 2-D spec with per-axis modes (volumes of depth 1)."""
+    torch.manual_seed(11)
+    base = torch.randn(2, 3, 6, 7, 20)
+    x = base[..., ::2].to(dtype)  # rows of stride 2
+    ref = tf.selective_blur(x.double(), 0.25, sigma=1.0, axes=AX, mode="mirror", normalized=normalized, backend="reference")
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("blur_compute", "blur_vjp"):
+            mp.setattr(reference, name, _boom)
+        y = tf.selective_blur(x, 0.25, sigma=1.0, axes=AX, mode="mirror", normalized=normalized, backend="cpu")
+        out = torch.empty(2, 3, 6, 10, 7, dtype=dtype).transpose(-1, -2)
+        tf.selective_blur(x, 0.25, sigma=1.0, axes=AX, mode="mirror", normalized=normalized, backend="cpu", out=out)
+        mask = torch.rand(6, 7, 10) > 0.5
+        ym = tf.selective_blur(x, mask=mask, sigma=1.0, axes=AX, keep_border=True, normalized=normalized, backend="cpu")
+        x2 = x.float().requires_grad_()
+        y2 = tf.selective_blur(x2, 0.0, sigma=(1.0, 2.0), mode=("wrap", "nearest"), normalized=normalized, backend="cpu")
+        g = torch.randn_like(y2)
+        (g2,) = torch.autograd.grad(y2, x2, g)
+    tol = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    assert y.dtype == dtype
+    # the threshold is rounded to the dtype, as torch compares; values within its rounding of SciPy's
+    torch.testing.assert_close(y.double(), ref, rtol=tol, atol=tol * 4)
+    torch.testing.assert_close(out, y, rtol=0, atol=0)
+    rm = tf.selective_blur(x.double(), mask=mask, sigma=1.0, axes=AX, keep_border=True, normalized=normalized, backend="reference")
+    torch.testing.assert_close(ym.double(), rm, rtol=tol, atol=tol * 4)
+    xr = x.double().requires_grad_()
+    yr = tf.selective_blur(xr, 0.0, sigma=(1.0, 2.0), mode=("wrap", "nearest"), normalized=normalized, backend="reference")
+    (gr,) = torch.autograd.grad(yr, xr, g.double())
+    torch.testing.assert_close(y2.double(), yr, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(g2.double(), gr, rtol=1e-5, atol=1e-5)
+
+
+def test_no_kernel_variant_per_shape_or_spec():
+    """One compiled signature per compute dtype, whatever the shape, spec, mode or epilogue."""
+    from torchfilters.backends.cpu.warmup import _kernels
+
+    def count():
+        return sum(len(k.overloads) for k in _kernels())
+
+    calls = [
+        lambda x: tf.gradient_magnitude(x, operator="sobel", axes=AX),
+        lambda x: tf.gaussian_filter(x, (1.0, 2.0, 0.5), axes=AX, mode=("wrap", "constant", "nearest"), cval=1.0),
+        lambda x: tf.gradient(x, axes=AX, mode="mirror"),
+        lambda x: tf.laplace(x, axes=AX),
+        lambda x: tf.selective_blur(x, 0.2, sigma=1.0, axes=AX, keep_border=True),
+    ]
+    for dtype in (torch.float32, torch.float64):
+        for call in calls:  # every kernel of this dtype compiled (or loaded) once
+            x = torch.rand(1, 9, 10, 11, dtype=dtype, requires_grad=True)
+            call(x).sum().backward()
+        before = count()
+        for shape in [(2, 3, 4, 5), (1, 17, 2, 33), (3, 1, 1, 1), (1, 2, 40, 3)]:
+            for call in calls:
+                x = torch.rand(shape, dtype=dtype, requires_grad=True)
+                call(x).sum().backward()
+        assert count() == before
