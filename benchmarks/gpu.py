@@ -318,8 +318,11 @@ def compile_only(arch: int) -> int:
                        f"{str(consts['ACC']):5s} x={sig['x_ptr']:6s} warps={num_warps}"
                 t0 = time.time()
                 try:
+                    opts = {"num_warps": num_warps}
+                    if "enable_fp_fusion" in kwargs:
+                        opts["enable_fp_fusion"] = kwargs["enable_fp_fusion"]
                     k = triton.compile(ASTSource(fn=self.fn, signature=sig, constexprs=consts), target=target,
-                                       options={"num_warps": num_warps})
+                                       options=opts)
                 except Exception as e:  # report and go on
                     failed.append(what)
                     print(f"  FAILED {what}: {str(e).splitlines()[0][:300]}")

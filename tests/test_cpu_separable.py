@@ -211,6 +211,8 @@ def test_not_symmetric_or_not_stack_steps_aside(launches):
     spec = FilterSpec("constant", 1.0, "stack", (_spec.sep((-1, -1, (1.0, 2.0, 1.0)), (-2, -1, (1.0, 2.0, 1.0))),))
     assert separable.sep_info(spec) is None  # sequential constant mode with the horizontal pass first
     spec = FilterSpec("reflect", 0.0, "stack", (_spec.sep((-1, -1, (1.0, 2.0, 1.0)), (-2, -1, (1.0, 2.0, 1.0))),))
+    assert separable.sep_info(spec) is None  # the horizontal pass first in any mode: SciPy's order of the passes
+    spec = FilterSpec("reflect", 0.0, "stack", (_spec.sep((-2, -1, (1.0, 2.0, 1.0)), (-1, -1, (1.0, 2.0, 1.0))),))
     assert separable.sep_info(spec) == ((2.0, 1.0), (2.0, 1.0), "reflect", 0.0)
 
 

@@ -50,6 +50,10 @@ neighbour.  Past ``_RECOMPUTE_MAX`` taps that recompute would cost ``NT**2``,
 so the forward kernel first writes ``u`` to a float32 buffer and the backward
 reads it (two launches, linear cost).
 
+Sep stencils of filter specs are evaluated pass by pass in SciPy's order of summation
+(``_sep_stencil``; ``_lowering.pass_entries``), each product rounded before its sum
+(``enable_fp_fusion=False``): float64 results are SciPy's bits, signs of zero included.
+
 Arithmetic is float32 for 16/32-bit inputs and float64 for float64, with
 ``sqrt_rn`` / ``div_rn`` and an own ``atan2`` (Cephes polynomials; the
 interpreter has no libdevice).  Device code uses Triton builtins only (no
@@ -339,18 +343,30 @@ def _tap(t, acc0, acc1, rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.const
 @triton.jit
 def _stencils(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1: tl.constexpr):
     """The (up to two) stencils evaluated at ``rows x cols`` (1-D in-image index vectors)."""
-    xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
     if cfg[24]:  # sep stencils of a FilterSpec: pass by pass, in SciPy's order
-        ACC0: tl.constexpr = cfg[11]
-        if DO0:
-            a0 = _sep_stencil(rows, cols, valid, env, cfg, cfg[25])
-        else:
-            a0 = tl.full(valid.shape, 0.0, ACC0)
-        if DO1:
-            a1 = _sep_stencil(rows, cols, valid, env, cfg, cfg[26])
-        else:
-            a1 = a0
-        return a0, a1
+        return _sep_stencils(rows, cols, valid, env, cfg, DO0, DO1)
+    else:
+        return _footprint(rows, cols, valid, env, cfg, DO0, DO1)
+
+
+@triton.jit
+def _sep_stencils(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1: tl.constexpr):
+    ACC: tl.constexpr = cfg[11]
+    if DO0:
+        a0 = _sep_stencil(rows, cols, valid, env, cfg, cfg[25])
+    else:
+        a0 = tl.full(valid.shape, 0.0, ACC)
+    if DO1:
+        a1 = _sep_stencil(rows, cols, valid, env, cfg, cfg[26])
+    else:
+        a1 = a0
+    return a0, a1
+
+
+@triton.jit
+def _footprint(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1: tl.constexpr):
+    """The stencils as one footprint (dense stencils, selective blur)."""
+    xp, x_sh, x_sw, mp, m_sh, m_sw, ip, fp, H, W, cval, thr, by0, by1, bx0, bx1 = env
     NT: tl.constexpr = cfg[2]
     NA: tl.constexpr = cfg[3]
     NB: tl.constexpr = cfg[4]
@@ -551,15 +567,22 @@ def _sep_t2(e, acc, rows, cols, valid, env, cfg: tl.constexpr, SP: tl.constexpr)
 @triton.jit
 def _sep_stencil(rows, cols, valid, env, cfg: tl.constexpr, SP: tl.constexpr):
     """One ``sep`` stencil at ``rows x cols``, its passes in the spec's order, each in SciPy's."""
-    fp = env[7]
     NPH: tl.constexpr = SP[0]
     if NPH == 0:  # the identity
         return _sep_x(rows, cols, rows == rows, cols == cols, valid, env, cfg)
-    if NPH == 1:
+    elif NPH == 1:
         if SP[1] == -2:
             return _sep_p1(rows, cols, cols, cols == cols, valid, env, cfg, SP)
         else:
             return _sep_p1(rows, cols, rows, rows == rows, valid, env, cfg, SP)
+    else:
+        return _sep_two(rows, cols, valid, env, cfg, SP)
+
+
+@triton.jit
+def _sep_two(rows, cols, valid, env, cfg: tl.constexpr, SP: tl.constexpr):
+    """A two-pass stencil: the second pass over the first, both in SciPy's order."""
+    fp = env[7]
     KIND2: tl.constexpr = SP[7]
     N2: tl.constexpr = SP[8]
     WI2: tl.constexpr = SP[9]
@@ -1327,7 +1350,7 @@ def _launch_fwd(plan, x, mask, grad, out, epi, keep_border, NP, H, W):
         _fwd_kernel[grid](
             *x3, *m3, *g3, *o3, o_sk, plan.ip, plan.fp, NP, H, W, n_th, n_tw, by0, by1, bx0, bx1,
             **plan.ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border, EPI=epi,
-            BP=BP, BH=BH, BW=BW, num_warps=warps,
+            BP=BP, BH=BH, BW=BW, num_warps=warps, enable_fp_fusion=False,
         )
     LAUNCHES["fwd"] += 1
 
@@ -1363,7 +1386,7 @@ def _launch_bwd(plan, x, mask, grad, u, out, epi, keep_border, NP, H, W):
             by0, by1, bx0, bx1, plan.SY, plan.SX,
             **plan.ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border, EPI=epi, USRC=usrc,
             BP=BP, BH=BH, BW=BW, BBY=plan.BBY, BBX=plan.BBX, EXTRAS=plan.SY + plan.SX > 0,
-            num_warps=warps,
+            num_warps=warps, enable_fp_fusion=False,
         )
     LAUNCHES["bwd"] += 1
 

@@ -80,7 +80,7 @@ STREAM = 1 << 19
 #: over/underflows (``prims._hyp2``; the rerun of a run or row that flagged one)
 HFIRST = 1 << 20
 KV_SHIFT, KH_SHIFT = 21, 23
-KSYM, KANTI = 1, 2
+KSYM, KANTI, KDENSE = 1, 2, 3  # (KDENSE: a dense 1x3 / 3x1 stencil, its taps in order)
 SAFE = 1 << 25
 #: form flag (with SKIPZ, the magnitude): the run checks its sums of squares only, not its
 #: samples -- a non-finite sample makes the sum of squares of a neighbour in the run non-finite
@@ -205,6 +205,8 @@ def _ol_p3(CODE, w0, w1, w2, a, b, c):
         if skip:
             return lambda CODE, w0, w1, w2, a, b, c: m0(w0, a - c)
         return lambda CODE, w0, w1, w2, a, b, c: m1(w1, b) + m0(w0, a - c)
+    if kind == KDENSE:  # a dense stencil's taps in order, as the general engine sums them
+        return lambda CODE, w0, w1, w2, a, b, c: (m0(w0, a) + m1(w1, b)) + m2(w2, c)
     if skip:
         return lambda CODE, w0, w1, w2, a, b, c: m2(w2, c) + m0(w0, a)
     return lambda CODE, w0, w1, w2, a, b, c: (m2(w2, c) + m0(w0, a)) + m1(w1, b)
@@ -705,6 +707,8 @@ def _d3_form(vt, ht, dt, passes=()):
         return [w[-1], w[0], w[1]]
 
     def kcode(w):
+        if not passes:  # dense (no zero taps): the taps in order
+            return KDENSE
         k = pass_kind(tuple(w))
         return KSYM if k == SYM else (KANTI if k == ANTI else 0)
 

@@ -19,14 +19,19 @@ and, for wide images, a column strip -- of a plane):
   (row stride W; the few border columns whose taps cross the left/right edge
   are recomputed through the fold table) for kernels narrow against the
   image, and *padded* (row stride W + kernel width, columns folded into the
-  tile) otherwise.  ``sep`` stencils run as a vertical then a horizontal
-  phase; SciPy's sequential ``constant``-mode semantics (the second pass pads
+  tile) otherwise.  ``sep`` stencils run their passes in the spec's order,
+  each summed in SciPy's order (:func:`_spass`: the centre tap, then the
+  pairs ``(x[-j] +- x[j]) * w`` of an (anti)symmetric pass from the outermost
+  in; ``_lowering.pass_kind``), so that float64 results are SciPy's bits,
+  signs of zero included; SciPy's sequential ``constant``-mode semantics (the second pass pads
   the first pass's result with ``cval``) are restored exactly by a
   precomputed per-row/per-column correction.  ``dense`` stencils run as one
   phase.
 * **Epilogue.**  ``stack`` / ``magnitude`` / ``direction`` / selective-blur
   ``blend`` / ``normalized`` combine the stencil results pointwise and store
-  the output (converted back to the input dtype) once.
+  the output (converted back to the input dtype) once.  The magnitude is
+  rescaled where its sum of squares over- or underflows (a flag reduced in the
+  vectorised loop; :func:`_mag_fix` redoes the segment, rare).
 """
 
 from __future__ import annotations
