@@ -73,25 +73,31 @@ def _modes(mode, axes, ndim):
 
 def _overlap(image, reach, modes, fn, dtype=None):
     """``fn`` on every chunk of ``image`` with ``reach[a] = (before, after)`` samples of
-    overlap along axis ``a``; ``boundary="none"`` (periodic for ``wrap``)."""
+    overlap along axis ``a``; ``boundary="none"`` (periodic for ``wrap``).
+
+    The overlap is the larger reach on both sides: at the array's edges a boundary mode folds
+    the far side's reach back inside (``mirror`` reads ``x[n-2]`` for ``x[n]``), so an edge
+    chunk needs it on its inner side too.  An axis shorter than the overlap is one chunk."""
     image = _da.asarray(image)
     depth, boundary, rechunk = {}, {}, {}
     for a in range(image.ndim):
-        before, after = (max(0, int(v)) for v in reach[a])
-        periodic = modes[a] in ("wrap", "grid-wrap")
-        d = max(before, after)
-        depth[a] = d if periodic or before == after else (before, after)
-        boundary[a] = "periodic" if periodic else "none"
-        if d and any(c < d for c in image.chunks[a]) and image.shape[a] > 0:
-            rechunk[a] = max(d, min(image.shape[a], max(image.chunks[a])))
+        d = max(0, *(int(v) for v in reach[a]))
+        n = image.shape[a]
+        if d and n <= d:  # the whole axis in one chunk: the filter's own mode does the rest
+            rechunk[a], d = n, 0
+        elif d and any(c < d for c in image.chunks[a]):
+            rechunk[a] = max(d, min(n, max(image.chunks[a])))
+        depth[a] = d
+        boundary[a] = "periodic" if modes[a] in ("wrap", "grid-wrap") else "none"
     if rechunk:
-        warnings.warn(f"chunks thinner than the filter's reach {dict((a, depth[a]) for a in rechunk)} along axes "
-                      f"{sorted(rechunk)}: rechunked to {rechunk}", ChunksTooSmallWarning, stacklevel=3)
+        thin = {a: rechunk[a] for a in rechunk if depth[a]}
+        if thin:
+            warnings.warn(f"chunks thinner than the filter's reach {dict((a, depth[a]) for a in thin)} along axes "
+                          f"{sorted(thin)}: rechunked to {thin}", ChunksTooSmallWarning, stacklevel=3)
         image = image.rechunk(rechunk)
         for a in rechunk:  # a last chunk may still be thin: merge it into its neighbour
             c = list(image.chunks[a])
-            d = max(depth[a]) if isinstance(depth[a], tuple) else depth[a]
-            if len(c) > 1 and c[-1] < d:
+            if len(c) > 1 and c[-1] < depth[a]:
                 c[-2:] = [c[-2] + c[-1]]
                 image = image.rechunk({a: tuple(c)})
     if all(d == 0 for d in depth.values()):

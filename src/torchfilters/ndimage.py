@@ -37,6 +37,7 @@ import torch
 
 from . import functional as F
 from . import kernels
+from ._validate import canonical_mode
 
 __all__ = [
     "correlate",
@@ -160,8 +161,12 @@ def _tensor(a, fast32: bool) -> torch.Tensor:
 
 
 def _store(out, y: torch.Tensor):
-    """Write ``y`` into ``out`` with SciPy's cast (C's: toward zero)."""
-    np.copyto(out, y.numpy(), casting="unsafe")
+    """Write ``y`` into ``out`` with SciPy's cast (C's: toward zero; a bool output is the
+    truncated value's truth, so 0.9 is False)."""
+    v = y.numpy()
+    if out.dtype == np.bool_:
+        v = np.trunc(v) != 0
+    np.copyto(out, v, casting="unsafe")
     return out
 
 
@@ -201,8 +206,14 @@ def _complex_via_real_components(func, input, weights, output, cval, **kwargs):
 
 def _real_cval(cval):
     if np.iscomplexobj(cval):
-        raise ValueError("Cannot provide a complex-valued cval when the input is real.")
+        raise TypeError("a complex cval needs a complex input or complex weights")
     return float(cval)
+
+
+def _check_origin_type(origin):
+    for o in (origin if np.iterable(origin) else (origin,)):
+        if isinstance(o, (bool, np.bool_)) or not isinstance(o, numbers.Integral):
+            raise TypeError(f"origin must be an integer or a sequence of integers; got {o!r}")
 
 
 # ----------------------------------------------------------------- correlation
@@ -224,6 +235,7 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
     if weights.ndim != 1 or weights.shape[0] < 1:
         raise RuntimeError("no filter weights given")
     axis = _normalize_axis(axis, input.ndim)
+    _check_origin_type(origin)
     if _invalid_origin(origin, len(weights)):
         raise ValueError("Invalid origin; origin must satisfy -(len(weights) // 2) <= origin <= "
                          "(len(weights)-1) // 2")
@@ -265,6 +277,7 @@ def _correlate_or_convolve(input, weights, output, mode, cval, origin, convoluti
         if weights.ndim != len(axes):
             raise RuntimeError(f"weights.ndim ({weights.ndim}) must match len(axes) ({len(axes)})")
         weights = np.expand_dims(weights, tuple(ax for ax in range(input.ndim) if ax not in axes))
+    _check_origin_type(origin)
     origins = _normalize_sequence(origin, len(axes))
     if len(axes) < input.ndim:
         full = [0] * input.ndim
@@ -353,7 +366,8 @@ def _sep_groups(t, passes, modes, cval):
         lay = _core.layout(t, group)
         sa = dict(zip(group, lay.spec_axes))
         recipe = ("sep", tuple((sa[a], passes[a][0], passes[a][1]) for a in group))
-        t = _core.run(t, lay, tuple(_check_mode(modes[a]) for a in group), cval, "stack", (recipe,), None, None)
+        t = _core.run(t, lay, tuple(canonical_mode(_check_mode(modes[a])) for a in group), cval, "stack", (recipe,),
+                      None, None)
     return t
 
 
@@ -454,8 +468,7 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
     """``scipy.ndimage.gaussian_filter``: one 1-D Gaussian per axis, in ``axes`` order."""
     input = _input(input)
     fresh = _fresh(output)
-    output = _get_output(output, input, complex_output=input.dtype.kind == "c") if input.dtype.kind == "c" \
-        else _get_output(output, input)
+    output = _get_output(output, input)  # (a real output for a complex input: correlate1d refuses it)
     axes = _check_axes(axes, input.ndim)
     n = len(axes)
     orders = _normalize_sequence(order, n)
@@ -472,12 +485,10 @@ def gaussian_filter(input, sigma, order=0, output=None, mode="reflect", cval=0.0
         sg = tuple(float(s) for _, s, *_ in todo)
         od = tuple(int(o) for _, _, o, _, _ in todo)
         md = tuple(_check_mode(m) for *_, m, _ in todo)
-        rd = None if todo[0][4] is None else tuple(_radius(truncate, s, r) for _, s, _, _, r in todo)
-        for _, s, _, _, r in todo:
-            _radius(truncate, s, r)  # SciPy's radius check
+        rd = tuple(_radius(truncate, s, r) for _, s, _, _, r in todo)  # SciPy's rule (and check)
         cv = _real_cval(cval)
-        return _run(output, lambda t: F.gaussian_filter(t, sg, order=od, mode=md, cval=cv, truncate=truncate,
-                                                        radius=rd, axes=ax), input, _fast32(input, output), fresh)
+        return _run(output, lambda t: F.gaussian_filter(t, sg, order=od, mode=md, cval=cv, radius=rd, axes=ax),
+                    input, _fast32(input, output), fresh)
     src = input
     for axis, s, o, m, r in todo:
         gaussian_filter1d(src, s, axis, o, output, m, cval, truncate, radius=r)

@@ -221,10 +221,13 @@ def gaussian_gradient_magnitude(
     sigma, order=(0, 1))**2)`` in 2-D, over every axis of ``axes`` in
     general; its gradient is 0 where the magnitude is 0 (never NaN).
 
-    Per slice of the chosen axes: where ``input`` has more dimensions than
-    ``axes``, SciPy's ``axes=`` call also smooths the other axes (a SciPy
-    quirk); this filters only the chosen ones, so it equals SciPy's
-    function applied to each slice.
+    Defined per slice of the chosen axes, each axis extended by its own
+    mode and the passes in ``axes`` order: equal to SciPy's function on
+    each slice for one mode, axes in increasing order and ``cval=0``.
+    SciPy's own ``axes=`` call differs there: each of its terms extends
+    every axis by that term's mode, it reads per-axis ``sigma`` in axis
+    order when ``axes`` names every axis, and runs its passes in axis
+    order (which matters for ``mode='constant'`` with ``cval != 0``).
 
     Args:
         %(input)s
@@ -296,10 +299,13 @@ def gaussian_laplace(
     ``axes[i]`` and 0 along the others; the results summed, in one fused
     pass (SciPy's ``generic_laplace``).  Negative at a bright blob's centre.
 
-    Per slice of the chosen axes: where ``input`` has more dimensions than
-    ``axes``, SciPy's ``axes=`` call also smooths the other axes (a SciPy
-    quirk); this filters only the chosen ones, so it equals SciPy's
-    function applied to each slice.
+    Defined per slice of the chosen axes, each axis extended by its own
+    mode and the passes in ``axes`` order: equal to SciPy's function on
+    each slice for one mode, axes in increasing order and ``cval=0``.
+    SciPy's own ``axes=`` call differs there: each of its terms extends
+    every axis by that term's mode, it reads per-axis ``sigma`` in axis
+    order when ``axes`` names every axis, and runs its passes in axis
+    order (which matters for ``mode='constant'`` with ``cval != 0``).
 
     Args:
         %(input)s
