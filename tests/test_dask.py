@@ -104,3 +104,18 @@ def test_out_of_core_zarr(tmp_path):
     assert np.array_equal(np.asarray(out[sl]), ref)
     edge = tfn.uniform_filter(np.asarray(src[-40:, -40:]), 5)[-20:, -20:]  # the array's corner: mode applied
     assert np.array_equal(np.asarray(out[-20:, -20:]), edge)
+
+
+@pytest.mark.parametrize("mode", ["mirror", "reflect", "nearest", "wrap", "constant"])
+def test_one_sided_reach_and_reach_beyond_the_axis(mode):
+    """Found by review: an edge chunk's boundary fold reads the far side's reach (mirror), and
+    a reach longer than the whole axis is dask's error unless that axis is one chunk."""
+    x = np.arange(8.0) ** 2
+    for chunks in (1, 2, 3, 5):
+        for w, o in (([1.0, 2.0], -1), ([1.0, 2.0], 0), ([1.0, 2.0, 3.0], 1)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", tfd.ChunksTooSmallWarning)
+                y = tfd.correlate1d(da.from_array(x, chunks=chunks), w, mode=mode, origin=o).compute()
+            assert np.array_equal(y, tfn.correlate1d(x, w, mode=mode, origin=o)), (chunks, w, o)
+    y = tfd.gaussian_filter(da.from_array(np.arange(5.0), chunks=2), 3.0, mode=mode).compute()
+    assert np.array_equal(y, tfn.gaussian_filter(np.arange(5.0), 3.0, mode=mode))

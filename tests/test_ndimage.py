@@ -101,3 +101,25 @@ def test_float32_in_float32_out_without_conversions():
     np.testing.assert_allclose(y, ndi.gaussian_filter(a, 2.0, axes=(-2, -1)), rtol=2e-6, atol=1e-6)
     b = a[:, ::2, ::-1]  # negative strides: a copy, same values
     np.testing.assert_allclose(tfn.uniform_filter(b, 5), ndi.uniform_filter(b, 5), rtol=2e-6, atol=1e-6)
+
+
+def test_review_findings_follow_scipy():
+    """Found by review: bool outputs truncate (0.9 is False), grid-* modes over more than three
+    axes, SciPy's exception types."""
+    xb = np.array([True, False, False, False, True, False])
+    assert np.array_equal(tfn.gaussian_filter(xb, 1.0), ndi.gaussian_filter(xb, 1.0))
+    assert np.array_equal(tfn.correlate1d(xb, [0.2, 0.3, 0.1]), ndi.correlate1d(xb, [0.2, 0.3, 0.1]))
+    x = RNG.random((2, 3, 1, 5))
+    np.testing.assert_allclose(tfn.sobel(x, 0, mode="grid-wrap"), ndi.sobel(x, 0, mode="grid-wrap"), rtol=1e-12)
+    for call, exc in [
+        (lambda m: m.gaussian_filter(np.array([1 + 1j, 2, 3, 4]), 1, output=np.float64), RuntimeError),
+        (lambda m: m.correlate1d(np.arange(5.0), [1, 2], cval=1j), TypeError),
+        (lambda m: m.correlate1d(np.arange(5.0), [1, 2, 3], origin=0.5), TypeError),
+        (lambda m: m.gaussian_filter(np.arange(5.0), 1.0, truncate=-3), ValueError),
+    ]:
+        with pytest.raises(exc):
+            call(ndi)
+        with pytest.raises(exc):
+            call(tfn)
+    np.testing.assert_array_equal(tfn.gaussian_filter(np.arange(5.0), 1.0, truncate=-1),
+                                  ndi.gaussian_filter(np.arange(5.0), 1.0, truncate=-1))
