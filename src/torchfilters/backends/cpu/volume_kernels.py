@@ -22,7 +22,7 @@ from .prims import _JIT, _cvt, _ptr
 from .separable import _VL, _hpair, _ldv, _stv, _vblock
 from .simd import _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vsplat, _vst, _vstm, _vwts
 from .volume_plan import (
-    EPI_BLEND, EPI_GDIV, EPI_MAG, EPI_MAGSCALE, EPI_NORM, EPI_NORMT, EPI_STACK, ST_LEN, V_BOX, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
+    EPI_BLEND, EPI_MAG, EPI_MAGSCALE, EPI_NORM, EPI_NORMT, EPI_STACK, ST_LEN, V_BOX, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
     V_K, V_MAXE, V_NBY, V_NYN, V_NZC, V_NZN, V_PADL, V_PADR, V_PADT, V_RS, V_SLOT, V_SMAX, V_W, V_XN, V_XS, V_YN,
     V_ZC, V_ZN, V_ZP, V_ZS, V_RMAX, NODE_LEN, R,
 )
