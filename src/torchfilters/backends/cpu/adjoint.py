@@ -46,7 +46,7 @@ def _bwd_layout(P, K, BR):
     Z0 = np.int64(0)
     S0 = Z0 + K * ZL
     V0 = S0 + (npm + 2 * ey) * Ws + 2 * g
-    R0 = V0 + (npm + ey) * Ws + 2 * g
+    R0 = V0 + (npm + 2 * ey) * Ws + 2 * g  # (a horizontal first pass fills every tile row)
     U0 = R0 + K * RL
     G0 = U0 + npm * Ws + 2 * g
     E0 = G0 + npm * Ws
