@@ -660,20 +660,24 @@ def _magnitude(y0, y1, K: tl.constexpr, F64: tl.constexpr):
 def _u_from_y(y0, y1, g, EPI: tl.constexpr, K: tl.constexpr, F64: tl.constexpr):
     """Upstream gradient of each stencil from the stencil values and the output gradient."""
     if EPI == 1:  # magnitude: g * y_k / |y|, 0 where |y| == 0 (rescaled |y|: _magnitude)
+        # branch-free: t_k = y_k / m (m = 1, t_k = y_k exactly, but where the sum of squares
+        # over/underflows; there a reciprocal), u_k = g t_k / sqrt(sum t_k**2)
         s = y0 * y0
         if K == 2:
             s += y1 * y1
-        zero = s == 0
-        scale = tl.where(zero, 0.0, _div(g, tl.where(zero, 1.0, _sqrt(s, F64)), F64))
-        u0 = scale * y0
-        u1 = scale * y1
         bad = _mag_bad(s, y0, y1, K, F64)
-        if _any(bad):
-            m, mm, t0, t1, q = _mag_scaled(y0, y1, bad, K, F64)
-            sc = _div(g, tl.where(bad, q, 1.0), F64)
-            u0 = tl.where(bad, sc * t0, u0)
-            u1 = tl.where(bad, sc * t1, u1)
-        return u0, u1
+        m = tl.abs(y0)
+        if K == 2:
+            m = tl.maximum(m, tl.abs(y1))
+        inv = _div(1.0, tl.where(bad & (m > 0) & (m != float("inf")), m, 1.0), F64)
+        t0 = y0 * inv
+        t1 = y1 * inv
+        q = t0 * t0
+        if K == 2:
+            q += t1 * t1
+        zero = q == 0
+        scale = tl.where(zero, 0.0, _div(g, tl.where(zero, 1.0, _sqrt(q, F64)), F64))
+        return scale * t0, scale * t1
     else:  # direction: d atan2(a, b) = (b da - a db) / (a^2 + b^2)
         r = y0 * y0 + y1 * y1
         zero = r == 0
