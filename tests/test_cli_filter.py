@@ -182,3 +182,19 @@ def test_an_op_added_to_functional_all_appears_without_a_cli_change(tmp_path, mo
     x = _gray(tmp_path / "photo.png", seed=5)
     got = _run(tmp_path, "median_filter", tmp_path / "photo.png", "--size", "5", "--mode", "nearest")
     torch.testing.assert_close(torch.from_numpy(got), torchfilters.uniform_filter(x, 5, mode="nearest"))
+
+
+@pytest.mark.parametrize("argv, usage", [
+    (["blur", "x.png", "--sigmaa", "2"], "usage: torchfilters blur"),
+    (["filter", "gaussian_filter", "--sigma", "2", "--foo", "1", "x.npy"], "usage: torchfilters filter gaussian_filter"),
+    (["edges", "--operater", "sobel", "x.png"], "usage: torchfilters edges"),
+])
+def test_an_unknown_option_shows_its_subcommands_usage(argv, usage, capsys):
+    """Found by the walkthrough: unknown options printed the top-level usage."""
+    from torchfilters.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert usage in err and "unrecognized arguments" in err

@@ -143,7 +143,7 @@ BLUR = dict(op="selective_blur", only=("threshold", "sigma", "normalized", "keep
                    "sigma": "Gaussian blur with this sigma in pixels (one, or one per axis; truncated at 4 "
                             "sigma) instead of the 3x3 binomial kernel",
                    "normalized": "weighted mean over the selected neighbours only, blur(m*x)/blur(m), so "
-                                 "unselected pixels never leak in (default: blend, where(m, blur(x), x))",
+                                 "unselected pixels never leak in (without it: blend, where(m, blur(x), x))",
                    "keep_border": "leave a border band of the kernel radius untouched"})
 
 
@@ -278,6 +278,17 @@ def _command(argv: Sequence[str]) -> str:
     return ""
 
 
+def _leaf(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The innermost subparser ``args`` came through (``filter OP``'s, ``edges``' ...)."""
+    for attr in ("command", "op"):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, attr, None)
+        if not subs or name not in subs[0].choices:
+            break
+        parser = subs[0].choices[name]
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``torchfilters`` command with ``argv`` (default: ``sys.argv[1:]``).
 
@@ -292,7 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "bench":  # the op's own options follow --op: bench parses them with the op's parser
         args, args.extra = parser.parse_known_args(argv)
     else:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # the usage of the (sub)command the user typed, not the top level's
+            _leaf(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return _run(args)
     except MissingDependency as exc:
