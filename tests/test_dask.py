@@ -83,16 +83,21 @@ def test_local_cluster_with_two_worker_processes(tmp_path):
 
 
 def test_out_of_core_zarr(tmp_path):
-    """2 GiB on disk through two workers of 640 MiB each (a worker process is ~380 MiB with torch
-    loaded): filtered and written back chunk by chunk, no worker killed or paused for long."""
+    """2 GiB on disk through two workers of 900 MiB each (a worker process is ~400 MiB with torch
+    and the kernels loaded): filtered and written back chunk by chunk, no worker killed."""
     zarr = pytest.importorskip("zarr")
     shape, chunks = (16384, 32768), (1024, 2048)  # float32: 2 GiB, 8 MiB chunks
     src = zarr.create_array(str(tmp_path / "in.zarr"), shape=shape, chunks=chunks, dtype="f4", compressors=None)
     row = np.random.default_rng(1).random((chunks[0], shape[1]), dtype=np.float32)
     for i in range(0, shape[0], chunks[0]):
         src[i:i + chunks[0]] = np.roll(row, i, axis=1)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  memory_limit="640MiB", local_directory=str(tmp_path)) as cluster, \
+    tfn.uniform_filter(np.zeros((64, 64), np.float32), 5)  # the kernels on disk: workers load, not compile
+    # a worker that outgrows its limit is killed (the test fails), never paused (a hang)
+    import dask
+
+    with dask.config.set({"distributed.worker.memory.pause": False}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                     memory_limit="900MiB", local_directory=str(tmp_path)) as cluster, \
             distributed.Client(cluster) as client:
         x = da.from_zarr(str(tmp_path / "in.zarr"))
         y = tfd.uniform_filter(x, 5)
