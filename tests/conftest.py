@@ -30,11 +30,14 @@ explicitly.  ``deadline=None`` everywhere: numba compiles kernels on first use.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import inspect
 import itertools
 import math
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -592,3 +595,38 @@ def pytest_sessionfinish(session):
         gc.collect()
         gc.freeze()
         atexit.register(gc.unfreeze)
+
+
+# ------------------------------------------------------------- interpreted Triton
+
+
+@contextlib.contextmanager
+def interpreted_triton():
+    """The Triton engine with interpreted kernels, installed as backend "triton" for the block.
+
+    ``TRITON_INTERPRET=1`` must be set before the engine's kernels are decorated, so the module
+    is (re)imported here; the previous module, registration and environment come back after."""
+    name = "torchfilters.backends.triton"
+    old_env = os.environ.get("TRITON_INTERPRET")
+    old_mod = sys.modules.pop(name, None)
+    old_loaded = backends._loaded.pop("triton", None)
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        mod = importlib.import_module(name)
+        assert mod.interpreted(), "TRITON_INTERPRET=1 did not give interpreted kernels"
+        backends._loaded["triton"] = mod
+        yield mod
+    finally:
+        if old_env is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old_env
+        sys.modules.pop(name, None)
+        backends._loaded.pop("triton", None)
+        if old_mod is not None:
+            sys.modules[name] = old_mod
+            backends.triton = old_mod
+        elif hasattr(backends, "triton"):
+            del backends.triton
+        if old_loaded is not None:
+            backends._loaded["triton"] = old_loaded

@@ -21,10 +21,7 @@ engine with the direct path turned off: its tiled engine) and ``triton`` (interp
 
 from __future__ import annotations
 
-import importlib
 import math
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -32,14 +29,14 @@ import scipy.ndimage as ndi
 import torch
 
 import torchfilters as tf
-from torchfilters import backends, kernels
+from torchfilters import kernels
 from torchfilters.backends import _lowering
 from torchfilters.backends._lowering import ANTI, GENERAL, SYM, pass_entries, pass_kind
 from torchfilters._spec import Pass
 
 ENGINES = ("reference", "cpu", "cpu-tiled", "triton")
 MODES = ("reflect", "nearest", "mirror", "wrap", "constant")
-_TRITON = "torchfilters.backends.triton"
+from conftest import interpreted_triton  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -47,29 +44,8 @@ def triton_engine():
     """The Triton engine with interpreted kernels, installed as backend "triton" (as in
     test_triton.py: ``TRITON_INTERPRET`` must be set before its kernels are decorated)."""
     pytest.importorskip("triton")
-    old_env = os.environ.get("TRITON_INTERPRET")
-    old_mod = sys.modules.pop(_TRITON, None)
-    old_loaded = backends._loaded.pop("triton", None)
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        mod = importlib.import_module(_TRITON)
-        assert mod.interpreted()
-        backends._loaded["triton"] = mod
+    with interpreted_triton() as mod:
         yield mod
-    finally:
-        if old_env is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old_env
-        sys.modules.pop(_TRITON, None)
-        backends._loaded.pop("triton", None)
-        if old_mod is not None:
-            sys.modules[_TRITON] = old_mod
-            backends.triton = old_mod
-        elif hasattr(backends, "triton"):
-            del backends.triton
-        if old_loaded is not None:
-            backends._loaded["triton"] = old_loaded
 
 
 @pytest.fixture(params=ENGINES)

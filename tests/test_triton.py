@@ -22,7 +22,6 @@ sampled cases of the op x mode grid; ``make test-full`` runs every case.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 import os
 import sys
@@ -43,6 +42,7 @@ from conftest import (  # noqa: E402
     assert_angles_close,
     cases,
     examples,
+    interpreted_triton,
     pattern_mask,
     rand,
     sp_gaussian_filter,
@@ -58,29 +58,8 @@ _NAME = "torchfilters.backends.triton"
 @pytest.fixture(scope="module")
 def T():
     """The Triton engine with interpreted kernels, installed as backend "triton"."""
-    old_env = os.environ.get("TRITON_INTERPRET")
-    old_mod = sys.modules.pop(_NAME, None)
-    old_loaded = backends._loaded.pop("triton", None)
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        mod = importlib.import_module(_NAME)
-        assert mod.interpreted(), "TRITON_INTERPRET=1 did not give interpreted kernels"
-        backends._loaded["triton"] = mod
+    with interpreted_triton() as mod:
         yield mod
-    finally:
-        if old_env is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old_env
-        sys.modules.pop(_NAME, None)
-        backends._loaded.pop("triton", None)
-        if old_mod is not None:
-            sys.modules[_NAME] = old_mod
-            backends.triton = old_mod
-        elif hasattr(backends, "triton"):
-            del backends.triton
-        if old_loaded is not None:
-            backends._loaded["triton"] = old_loaded
 
 
 @contextlib.contextmanager

@@ -137,17 +137,7 @@ def filter_forward(x, spec: FilterSpec, out=None):
     nv = _nvol(s.shape)
     vp = plan(spec, sizes, False, nv, _threads(), 8 if cd == torch.float64 else 4)
     o3shape = s.shape[:-3] + ((K,) if comps else ()) + sizes
-    if out is None and x.dtype != cd:
-        tmp = torch.empty(o3shape, dtype=cd)
-        _run(vp, nv, s, rs, tmp, _role(tmp, comps))
-        return tmp.to(x.dtype).view(oshape)
-    o, ro, copy = _target(None if out is None else _vol(out, nd), o3shape, cd, comps)
-    _run(vp, nv, s, rs, o, ro)
-    if out is None:
-        return o.view(oshape)
-    if copy:
-        _vol(out, nd).copy_(o)
-    return out
+    return _deliver(vp, nv, s, rs, x, o3shape, out, nd, cd, comps=comps, oshape=oshape)
 
 
 def filter_backward(grad, x, spec: FilterSpec, out=None):
@@ -179,17 +169,7 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
         src, rsrc = _source(_vol(grad.expand(spec.out_shape(x.shape)), nd), cd, comps)
         bspec = spec
     vb = plan(bspec, sizes, True, nv, nt, isz)
-    if out is None and x.dtype != cd:
-        o = torch.empty(lead + sizes, dtype=cd)
-        _run(vb, nv, src, rsrc, o, _role(o, False))
-        return o.to(x.dtype).view(x.shape)
-    o, ro, copy = _target(None if out is None else _vol(out, nd), lead + sizes, cd, False)
-    _run(vb, nv, src, rsrc, o, ro)
-    if out is None:
-        return o.view(x.shape)
-    if copy:
-        _vol(out, nd).copy_(o)
-    return out
+    return _deliver(vb, nv, src, rsrc, x, lead + sizes, out, nd, cd)
 
 
 def _blur_linear(spec):
@@ -206,13 +186,6 @@ def _blur_parts(spec, shape):
     spec = lower(spec, shape)
     fs = _blur_linear(spec)
     return spec, (None if fs is None else lower(fs, shape))
-
-
-def _finish(y, dtype, out):
-    if out is None:
-        return y.to(dtype)
-    out.copy_(y)
-    return out
 
 
 def _threshold(x, threshold):
@@ -255,17 +228,7 @@ def _blend_forward(x, mask, spec, fs, threshold, out):
     nv = _nvol(s.shape)
     M, rm, thr = _selection(x, s, rs, mask, threshold, nd, cd)
     vp = plan(fs, sizes, False, nv, _threads(), 8 if cd == torch.float64 else 4, epi=EPI_BLEND, box=_box(spec, sizes))
-    if out is None and x.dtype != cd:
-        tmp = torch.empty(s.shape, dtype=cd)
-        _run(vp, nv, s, rs, tmp, _role(tmp, False), s, rs, M, rm, thr)
-        return tmp.to(x.dtype).view(x.shape)
-    o, ro, copy = _target(None if out is None else _vol(out, nd), s.shape, cd, False)
-    _run(vp, nv, s, rs, o, ro, s, rs, M, rm, thr)
-    if out is None:
-        return o.view(x.shape)
-    if copy:
-        _vol(out, nd).copy_(o)
-    return out
+    return _deliver(vp, nv, s, rs, x, s.shape, out, nd, cd, s, rs, M, rm, thr)
 
 
 def _gsel(g, rg, M, rm, o, ro, thr, box, ones, nv):
@@ -278,18 +241,20 @@ def _gsel(g, rg, M, rm, o, ro, thr, box, ones, nv):
             _small(nv * D, H, W))
 
 
-def _deliver(vp, nv, src, rsrc, x, shape3, out, nd, cd, *extra):
-    """Run ``vp`` into a fresh output, ``out`` or a temporary copied there; the result."""
+def _deliver(vp, nv, src, rsrc, x, shape3, out, nd, cd, *extra, comps=False, oshape=None):
+    """Run ``vp`` into a fresh output, ``out`` or a temporary copied there; the result, shaped
+    ``oshape`` (default ``x``'s; ``comps``: the output has a component axis)."""
+    oshape = x.shape if oshape is None else oshape
     if out is None and x.dtype != cd:
         o = torch.empty(shape3, dtype=cd)
-        _run(vp, nv, src, rsrc, o, _role(o, False), *extra)
-        return o.to(x.dtype).view(x.shape)
-    o, ro, copy = _target(None if out is None else _vol(out, nd), shape3, cd, False)
+        _run(vp, nv, src, rsrc, o, _role(o, comps), *extra)
+        return o.to(x.dtype).view(oshape)
+    o, ro, copy = _target(None if out is None else _vol(out, nd, comps), shape3, cd, comps)
     _run(vp, nv, src, rsrc, o, ro, *extra)
     if out is None:
-        return o.view(x.shape)
+        return o.view(oshape)
     if copy:
-        _vol(out, nd).copy_(o)
+        _vol(out, nd, comps).copy_(o)
     return out
 
 
@@ -354,17 +319,7 @@ def _blend_backward(grad, x, mask, spec, fs, threshold, out):
     rgm = _role(gm, False)
     _gsel(g, rg, M, rm, gm, rgm, thr, box, False, nv)
     vb = plan(fs, sizes, True, nv, _threads(), isz, epi=EPI_ADDREST, box=box)
-    if out is None and x.dtype != cd:
-        o = torch.empty(s.shape, dtype=cd)
-        _run(vb, nv, gm, rgm, o, _role(o, False), g, rg, M, rm, thr)
-        return o.to(x.dtype).view(x.shape)
-    o, ro, copy = _target(None if out is None else _vol(out, nd), s.shape, cd, False)
-    _run(vb, nv, gm, rgm, o, ro, g, rg, M, rm, thr)
-    if out is None:
-        return o.view(x.shape)
-    if copy:
-        _vol(out, nd).copy_(o)
-    return out
+    return _deliver(vb, nv, gm, rgm, x, s.shape, out, nd, cd, g, rg, M, rm, thr)
 
 
 def blur_forward(x, mask, spec, threshold, out=None):
