@@ -264,6 +264,53 @@ backend: the engine.  ``None`` or ``'auto'`` (default) takes the one the
     :class:`torchfilters.BackendUnavailableError` saying why.  The result
     does not depend on the engine beyond floating-point rounding."""
 
+_size_foot = """\
+size: the window's length per axis, an int ``>= 1`` or one per axis of
+    ``axes`` (in that order): a box.  Give this or ``footprint``.
+footprint: the window as a boolean tensor, NumPy array or nested sequence
+    of ``len(axes)`` dimensions (in increasing axis order, as SciPy's),
+    True where an element belongs to the window: any shape, holes
+    allowed, at least one True.  Centred on ``shape // 2`` (shifted by
+    ``origin``).  Give this or ``size``."""
+
+_percentile = """\
+percentile: in percent, ``-100 <= percentile <= 100`` (a negative one
+    counts from 100)."""
+
+_amount = """\
+amount: the sharpening strength, a finite real number (0 returns
+    ``input``; negative values blur).  Default 1."""
+
+_low_sigma = """\
+low_sigma: the narrower Gaussian's standard deviation in pixels, a real
+    ``>= 0`` or one per axis of ``axes``.
+high_sigma: the wider one's, likewise; default ``1.6 * low_sigma``."""
+
+_rank_rule = """\
+Window values are ranked as ``numpy.sort`` ranks them (ascending,
+``-0.0`` equal to ``0.0``, NaN after ``+inf``), equal values in the
+footprint's C order (a stable sort); the result is the element of the
+chosen rank, so always a value of the window (never interpolated), and
+its gradient flows to that one window element: the input sample it
+reads, folded back by ``mode`` (a ``cval`` sample of ``constant`` mode
+takes none).  Ties therefore send the gradient to the tied element
+first (minimum), last (maximum) or at the rank's position in footprint
+order; ``gradcheck`` holds on inputs without ties.  Any window size on
+any image size, the window larger than the image included."""
+
+_rank_matches = """\
+SciPy: on each slice ``x`` of ``input`` along the chosen axes (``(H, W)``
+by default), the same as
+%(scipy)s,
+bit for bit in every dtype, wherever a window holds no NaN (a tie of
+``-0.0`` with ``0.0`` may give either sign).  With a NaN in the window
+SciPy's result depends on which of its algorithms runs (a selection for
+general ranks, Harter's MINLIST for separable minimum and maximum, a heap
+for 1-D windows): ``scipy.ndimage.median_filter([1, 5, nan, 3, 2], 3)``
+gives ``[1, nan, nan, nan, 2]`` while ``minimum_filter1d`` of the same
+row with ``size=5`` gives ``[1, 1, 1, 5, nan]``.  torchfilters orders
+NaN last everywhere instead, on every engine."""
+
 _returns = """\
 %(out_shape)s tensor%(out_note)s
 of ``input``'s dtype (float32 for integer ``input``), on ``input``'s
@@ -326,6 +373,12 @@ DOCS: Dict[str, str] = {
     "keep_border": _keep_border,
     "out": _out,
     "backend": _backend,
+    "size_foot": _size_foot,
+    "percentile": _percentile,
+    "amount": _amount,
+    "low_sigma": _low_sigma,
+    "rank_rule": _rank_rule,
+    "rank_matches": _rank_matches,
     "returns": _returns,
     "out_shape": "``(..., H, W)``",
     "out_note": " (``out`` when given)",

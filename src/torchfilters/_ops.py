@@ -1,11 +1,15 @@
 """``torch.library`` custom ops: the single entry point from Python into the engines.
 
-Four ops carry every public function (specs are strings; see ``_spec``):
+These ops carry every public function (specs are strings; see ``_spec``):
 
 * ``torchfilters::filter(x, spec, backend) -> y`` and its backward
   ``torchfilters::filter_backward(grad, x, spec, backend) -> grad_x``;
 * ``torchfilters::selective_blur(x, mask?, spec, threshold, backend) -> y``
   and ``torchfilters::selective_blur_backward(...)``;
+
+* ``torchfilters::rank_filter(x, spec, backend) -> y`` and its backward
+  ``torchfilters::rank_filter_backward(grad, x, y, spec, backend) -> grad_x`` (the forward's
+  result ``y`` tells the backward which window element each output selected);
 
 plus ``*_out`` variants that write into a caller's tensor (``out=``).  Each op
 has a fake (meta) implementation, and the forward ops have autograd
@@ -16,8 +20,6 @@ dtype (numba on CPU, Triton on CUDA, the pure-torch reference otherwise).
 """
 
 from __future__ import annotations
-
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -147,11 +149,77 @@ def _filter_bwd_grad(ctx, ggx):
 filter_backward_op.register_autograd(_filter_bwd_grad, setup_context=_filter_bwd_setup)
 
 
+# --------------------------------------------------------------- rank filters
+
+
+@torch.library.custom_op(f"{_LIB}::rank_filter", mutates_args=())
+def rank_op(x: Tensor, spec: str, backend: str) -> Tensor:
+    return _engine(backend, x).rank_forward(x, _spec.decode(spec))
+
+
+@rank_op.register_fake
+def _(x, spec, backend):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op(f"{_LIB}::rank_filter_backward", mutates_args=())
+def rank_backward_op(grad: Tensor, x: Tensor, y: Tensor, spec: str, backend: str) -> Tensor:
+    return _engine(backend, x).rank_backward(grad, x, y, _spec.decode(spec))
+
+
+@rank_backward_op.register_fake
+def _(grad, x, y, spec, backend):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op(f"{_LIB}::rank_filter_out", mutates_args=("out",))
+def rank_out_op(x: Tensor, spec: str, backend: str, out: Tensor) -> None:
+    eng = _engine(backend, x)
+    s = _spec.decode(spec)
+    _write(out, (x,), lambda o: eng.rank_forward(x, s, out=o))
+
+
+@rank_out_op.register_fake
+def _(x, spec, backend, out):
+    return None
+
+
+def _rank_setup(ctx, inputs, output):
+    x, spec, backend = inputs
+    ctx.save_for_backward(x, output)
+    ctx.spec = spec
+    ctx.backend = backend
+
+
+def _rank_grad(ctx, grad):
+    x, y = ctx.saved_tensors
+    return rank_backward_op(grad, x, y, ctx.spec, ctx.backend), None, None
+
+
+rank_op.register_autograd(_rank_grad, setup_context=_rank_setup)
+
+
+def _rank_bwd_setup(ctx, inputs, output):
+    grad, x, y, spec, backend = inputs
+    ctx.save_for_backward(grad, x)
+    ctx.spec = spec
+
+
+def _rank_bwd_grad(ctx, ggx):
+    from .backends.reference import rank_vjp
+
+    dg, dx = _double_backward(rank_vjp, ctx, ggx, _spec.decode(ctx.spec))
+    return dg, dx, None, None, None
+
+
+rank_backward_op.register_autograd(_rank_bwd_grad, setup_context=_rank_bwd_setup)
+
+
 # ------------------------------------------------------------- selective blur
 
 
 @torch.library.custom_op(f"{_LIB}::selective_blur", mutates_args=())
-def blur_op(x: Tensor, mask: Optional[Tensor], spec: str, threshold: float, backend: str) -> Tensor:
+def blur_op(x: Tensor, mask: Tensor | None, spec: str, threshold: float, backend: str) -> Tensor:
     return _engine(backend, x).blur_forward(x, mask, _spec.decode(spec), threshold)
 
 
@@ -162,7 +230,7 @@ def _(x, mask, spec, threshold, backend):
 
 @torch.library.custom_op(f"{_LIB}::selective_blur_backward", mutates_args=())
 def blur_backward_op(
-    grad: Tensor, x: Tensor, mask: Optional[Tensor], spec: str, threshold: float, backend: str
+    grad: Tensor, x: Tensor, mask: Tensor | None, spec: str, threshold: float, backend: str
 ) -> Tensor:
     return _engine(backend, x).blur_backward(grad, x, mask, _spec.decode(spec), threshold)
 
@@ -174,7 +242,7 @@ def _(grad, x, mask, spec, threshold, backend):
 
 @torch.library.custom_op(f"{_LIB}::selective_blur_out", mutates_args=("out",))
 def blur_out_op(
-    x: Tensor, mask: Optional[Tensor], spec: str, threshold: float, backend: str, out: Tensor
+    x: Tensor, mask: Tensor | None, spec: str, threshold: float, backend: str, out: Tensor
 ) -> None:
     eng = _engine(backend, x)
     s = _spec.decode(spec)

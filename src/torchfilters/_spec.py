@@ -34,12 +34,12 @@ import ast
 import functools
 import math
 import sys
-from typing import NamedTuple, Tuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-Taps = Tuple[float, ...]
+Taps = tuple[float, ...]
 
 
 class Pass(NamedTuple):
@@ -50,11 +50,11 @@ class Pass(NamedTuple):
 
 class Stencil(NamedTuple):
     kind: str  # "sep" or "dense"
-    passes: Tuple[Pass, ...] = ()  # sep
-    lo: Tuple[int, ...] = (0, 0)  # dense: first offset per spatial axis, (lo_y, lo_x) in 2-D
+    passes: tuple[Pass, ...] = ()  # sep
+    lo: tuple[int, ...] = (0, 0)  # dense: first offset per spatial axis, (lo_y, lo_x) in 2-D
     taps: tuple = ()  # dense: nested, one level per spatial axis (kh rows of kw taps in 2-D)
 
-    def extent(self, axis: int) -> Tuple[int, int]:
+    def extent(self, axis: int) -> tuple[int, int]:
         """(lo, hi) offsets this stencil reads along ``axis`` (inclusive)."""
         if self.kind == "dense":
             d = len(self.lo)
@@ -81,10 +81,10 @@ class FilterSpec(NamedTuple):
     * ``direction``: ``atan2(y_0, y_1)``, gradient 0 where both are 0
     """
 
-    mode: "str | Tuple[str, ...]"
+    mode: str | tuple[str, ...]
     cval: float
     epilogue: str
-    stencils: Tuple[Stencil, ...]
+    stencils: tuple[Stencil, ...]
     ndim: int = 2
 
     def out_shape(self, shape):
@@ -102,7 +102,7 @@ class FilterSpec(NamedTuple):
 class BlurSpec(NamedTuple):
     """Selective blur: blur where the mask holds (``blend``) or masked mean (``normalized``)."""
 
-    mode: "str | Tuple[str, ...]"
+    mode: str | tuple[str, ...]
     cval: float
     normalized: bool
     keep_border: bool
@@ -110,18 +110,86 @@ class BlurSpec(NamedTuple):
     ndim: int = 2
 
 
+class RankSpec(NamedTuple):
+    """Rank filter: each output is the value of rank ``rank`` (0-based) among its window.
+
+    The window is ``footprint`` -- nested tuples of 0/1, one level per spatial axis (as
+    dense taps) -- at first offsets ``lo`` per axis: output ``[i]`` reads ``input[i + lo + j]``
+    for every ``j`` where ``footprint[j]`` is 1 (SciPy's offsets, ``lo = -(k // 2) - origin``).
+    The values are ordered as ``numpy.sort`` orders them (NaN after ``+inf``) and ties are
+    kept in the footprint's C order (a stable sort): the output is element ``rank`` of that
+    order, and the gradient flows to that window element (the input element it reads, folded
+    by the mode; nothing in ``constant`` mode's padding).  ``rank = 0`` is the minimum,
+    ``count - 1`` the maximum.
+    """
+
+    mode: str | tuple[str, ...]
+    cval: float
+    footprint: tuple
+    lo: tuple[int, ...]
+    rank: int
+    ndim: int = 2
+
+    def out_shape(self, shape):
+        return tuple(shape)
+
+    @property
+    def linear(self) -> bool:
+        return False
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return dense_shape(self.footprint)
+
+    @property
+    def offsets(self) -> tuple[tuple[int, ...], ...]:
+        """The window's offsets, in the footprint's C order (the tie order)."""
+        return _offsets(self.footprint, self.lo)
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets)
+
+    @property
+    def box(self) -> bool:
+        """Is the footprint a full box (every element 1)?"""
+        return self.count == math.prod(self.shape)
+
+    def extent(self, axis: int) -> tuple[int, int]:
+        """(lo, hi) offsets the window reads along ``axis`` (inclusive)."""
+        d = len(self.lo)
+        if axis < -d:
+            return 0, 0
+        return self.lo[axis], self.lo[axis] + self.shape[axis] - 1
+
+
+@functools.lru_cache(maxsize=256)
+def _offsets(footprint, lo):
+    import itertools
+
+    shape = dense_shape(footprint)
+    out = []
+    for idx in itertools.product(*(range(k) for k in shape)):
+        v = footprint
+        for i in idx:
+            v = v[i]
+        if v:
+            out.append(tuple(int(a + b) for a, b in zip(lo, idx)))
+    return tuple(out)
+
+
 def axis_mode(mode, axis: int, ndim: int) -> str:
     """The boundary mode of spatial axis ``axis`` (negative) in a spec of ``ndim`` axes."""
     return mode if isinstance(mode, str) else mode[ndim + axis]
 
 
-def canonical_modes(modes) -> "str | Tuple[str, ...]":
+def canonical_modes(modes) -> str | tuple[str, ...]:
     """A tuple of per-axis modes, as one string when they are all equal."""
     modes = tuple(modes)
     return modes[0] if all(m == modes[0] for m in modes) else modes
 
 
-def dense_shape(taps) -> Tuple[int, ...]:
+def dense_shape(taps) -> tuple[int, ...]:
     """The shape of a nested tuple of dense taps."""
     shape = []
     while isinstance(taps, tuple):
@@ -240,6 +308,9 @@ def decode(text: str):
     if name == "BlurSpec":
         mode, cval, normalized, keep_border, stencil, *nd = t
         return BlurSpec(mode, float(cval), bool(normalized), bool(keep_border), _stencil(stencil), *nd)
+    if name == "RankSpec":
+        mode, cval, footprint, lo, rank, *nd = t
+        return RankSpec(mode, float(cval), footprint, tuple(lo), int(rank), *nd)
     raise ValueError(f"not a torchfilters spec: {text[:60]!r}")
 
 

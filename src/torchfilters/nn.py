@@ -24,6 +24,7 @@ from torch import Tensor
 from . import functional as F
 from ._docs import fill
 from .functional._core import weights_tuple
+from .functional.rank import _footprint_tuple
 
 __all__ = [
     "GradientMagnitude",
@@ -36,6 +37,12 @@ __all__ = [
     "GaussianLaplace",
     "UniformFilter",
     "SelectiveBlur",
+    "MedianFilter",
+    "MinimumFilter",
+    "MaximumFilter",
+    "PercentileFilter",
+    "UnsharpMask",
+    "DifferenceOfGaussians",
 ]
 
 _SENTINEL = object()
@@ -59,6 +66,8 @@ class _FilterModule(torch.nn.Module):
             if k in values:
                 raise TypeError(f"{type(self).__name__} got multiple values for argument {k!r}")
             values[k] = v
+        if values.get("footprint") is not None and "size" not in values:
+            values["size"] = None  # a footprint replaces the default size
         for n, d in self._params:
             if n not in values:
                 if d is _SENTINEL:
@@ -69,6 +78,10 @@ class _FilterModule(torch.nn.Module):
             axes = values.get("axes")
             k = 2 if axes is None else (len(axes) if isinstance(axes, (list, tuple)) else 1)
             values["weights"] = weights_tuple(values["weights"], k)
+        if values.get("footprint") is not None:
+            axes = values.get("axes")
+            k = 2 if axes is None else (len(axes) if isinstance(axes, (list, tuple)) else 1)
+            values["footprint"] = _footprint_tuple(values["footprint"], k)
         for n in names:
             setattr(self, n, values[n])
         self(self._probe())  # validate the arguments now, not at the first batch
@@ -178,3 +191,17 @@ SelectiveBlur = _module(
      ("mode", "reflect"), ("cval", 0.0), ("truncate", 4.0), ("axes", None)),
     ("threshold", "sigma", "blur_weights", "blur_normalized", "keep_border", "mode", "cval", "truncate", "axes"),
     "0.5", mask=True)
+_RANK = (("footprint", None), ("mode", "reflect"), ("cval", 0.0), ("origin", 0), ("axes", None))
+_RANK_DOCS = ("size_foot", "mode", "cval", "origin", "axes")
+MedianFilter = _module("MedianFilter", F.median_filter, (("size", 3),) + _RANK, _RANK_DOCS, "size=3")
+MinimumFilter = _module("MinimumFilter", F.minimum_filter, (("size", 3),) + _RANK, _RANK_DOCS, "size=3")
+MaximumFilter = _module("MaximumFilter", F.maximum_filter, (("size", 3),) + _RANK, _RANK_DOCS, "size=3")
+PercentileFilter = _module("PercentileFilter", F.percentile_filter, (("percentile", _R), ("size", 3)) + _RANK,
+                           ("percentile",) + _RANK_DOCS, "25, size=3")
+UnsharpMask = _module("UnsharpMask", F.unsharp_mask,
+                      (("sigma", 1.0), ("amount", 1.0), ("mode", "nearest"), ("cval", 0.0), ("truncate", 4.0),
+                       ("axes", None)), ("sigma", "amount", "mode", "cval", "truncate", "axes"), "1.0, amount=0.5")
+DifferenceOfGaussians = _module(
+    "DifferenceOfGaussians", F.difference_of_gaussians,
+    (("low_sigma", _R), ("high_sigma", None), ("mode", "nearest"), ("cval", 0.0), ("truncate", 4.0),
+     ("axes", None)), ("low_sigma", "mode", "cval", "truncate", "axes"), "1.0")

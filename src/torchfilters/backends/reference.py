@@ -10,10 +10,11 @@ gradient is 0 -- not NaN -- where the gradient vector vanishes.
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
-from .._spec import BlurSpec, FilterSpec, Stencil, axis_mode, dense_shape
+from .._spec import BlurSpec, FilterSpec, RankSpec, Stencil, axis_mode, dense_shape
 from .._validate import compute_dtype
 from ._lowering import GENERAL, SYM, lower, pass_kind
 
@@ -329,6 +330,75 @@ def blur_vjp(g: torch.Tensor, x: torch.Tensor, mask, spec: BlurSpec, threshold: 
 
 
 # ----------------------------------------------------------------------------
+# rank filters: every window element as one slice of the padded input, a stable sort
+
+#: window elements times input elements above which the reference engine works in chunks
+_RANK_CHUNK = 1 << 25
+
+
+def _rank_padded(x: torch.Tensor, spec: RankSpec):
+    """``x`` extended by the mode on every spatial axis, and each window offset's slice."""
+    nd = spec.ndim
+    sizes = x.shape[-nd:]
+    xp = x
+    for a in range(-nd, 0):
+        lo, hi = spec.extent(a)
+        xp = _pad(xp, a, lo, hi, axis_mode(spec.mode, a, nd), spec.cval)
+    lo = [spec.extent(a)[0] for a in range(-nd, 0)]
+    slices = [
+        (Ellipsis,) + tuple(slice(o - l, o - l + n) for o, l, n in zip(off, lo, sizes)) for off in spec.offsets
+    ]
+    return xp, slices
+
+
+def _rank_chunks(x: torch.Tensor, spec: RankSpec):
+    """Views of ``x`` along its first batch axis small enough to stack every window element."""
+    nd = spec.ndim
+    if x.dim() == nd or x.numel() * spec.count <= _RANK_CHUNK:
+        return [x]
+    x2 = x.reshape((-1,) + tuple(x.shape[-nd:]))
+    step = max(1, _RANK_CHUNK // max(1, spec.count * math.prod(x.shape[-nd:])))
+    return list(x2.split(step, 0))
+
+
+def rank_select(x: torch.Tensor, spec: RankSpec):
+    """``(values, positions)``: each output's value and the index, in ``spec.offsets``, of the
+    window element it is (:class:`RankSpec`'s order: NaN last, ties in footprint order)."""
+    vals, poss = [], []
+    for c in _rank_chunks(x, spec):
+        xp, slices = _rank_padded(c, spec)
+        stack = torch.stack([xp[sl] for sl in slices], 0)
+        srt, idx = torch.sort(stack, dim=0, stable=True)
+        vals.append(srt[spec.rank])
+        poss.append(idx[spec.rank])
+    if len(vals) == 1:
+        return vals[0], poss[0]
+    return torch.cat(vals, 0).view(x.shape), torch.cat(poss, 0).view(x.shape)
+
+
+def rank_compute(x: torch.Tensor, spec: RankSpec) -> torch.Tensor:
+    return rank_select(x, spec)[0]
+
+
+def rank_vjp(g: torch.Tensor, x: torch.Tensor, spec: RankSpec) -> torch.Tensor:
+    """Each output's gradient onto the input element it selected (linear in ``g``, so autograd
+    through it gives the double backward)."""
+    nd = spec.ndim
+    sizes = x.shape[-nd:]
+    _, pos = rank_select(x.detach(), spec)
+    lo = [spec.extent(a)[0] for a in range(-nd, 0)]
+    hi = [spec.extent(a)[1] for a in range(-nd, 0)]
+    gp = g.new_zeros(g.shape[:-nd] + tuple(n + h - l for n, l, h in zip(sizes, lo, hi)))
+    zero = torch.zeros((), dtype=g.dtype, device=g.device)
+    for j, off in enumerate(spec.offsets):
+        sl = (Ellipsis,) + tuple(slice(o - l, o - l + n) for o, l, n in zip(off, lo, sizes))
+        gp[sl] = gp[sl] + torch.where(pos == j, g, zero)
+    for a in range(-1, -nd - 1, -1):
+        gp = _unpad(gp, a, sizes[a], lo[a], hi[a], axis_mode(spec.mode, a, nd))
+    return gp
+
+
+# ----------------------------------------------------------------------------
 # backend entry points (called from the custom ops, below autograd)
 
 
@@ -358,6 +428,28 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
         return _empty(x, x.shape, out)
     cd = compute_dtype(x.dtype)
     return _run(lambda g, xx: filter_vjp(g, xx, spec), out, grad.to(cd), x.to(cd)).to(x.dtype)
+
+
+def rank_forward(x, spec: RankSpec, out=None):
+    if x.numel() == 0:
+        return _empty(x, x.shape, out)
+    # a selection is exact in any dtype: no compute dtype
+    y = rank_compute(x, spec)
+    if out is None:
+        return y
+    out.copy_(y)
+    return out
+
+
+def rank_backward(grad, x, y, spec: RankSpec, out=None):
+    """``y`` (the forward's result) is not needed here; the fused engines use it."""
+    if x.numel() == 0:
+        return _empty(x, x.shape, out)
+    g = rank_vjp(grad.to(compute_dtype(x.dtype)), x, spec).to(x.dtype)
+    if out is None:
+        return g
+    out.copy_(g)
+    return out
 
 
 def _selected(x, mask, threshold):

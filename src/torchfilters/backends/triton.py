@@ -1515,3 +1515,5 @@ filter_forward, filter_backward, blur_forward, blur_backward = _adapt(
     SimpleNamespace(**{n: functools.partial(_fallback, n)
                        for n in ("filter_forward", "filter_backward", "blur_forward", "blur_backward")}),
 )
+
+from .triton_rank import rank_backward, rank_forward  # noqa: E402,F401  (rank filters)

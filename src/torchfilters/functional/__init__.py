@@ -24,7 +24,7 @@ Args:
 
 Modules: ``_core`` (axes, spec strings, the call into the engines), ``correlate``
 (correlate, convolve and their 1-D forms, the uniform filter), ``derivatives`` (derivatives,
-gradients, the Laplacian), ``gaussian`` (the Gaussian family), ``blur`` (selective blur).
+gradients, the Laplacian), ``gaussian`` (the Gaussian family), ``blur`` (selective blur), ``enhance`` (unsharp mask, difference of Gaussians), ``rank`` (minimum, maximum, median, rank and percentile filters).
 """
 
 from __future__ import annotations
@@ -32,7 +32,14 @@ from __future__ import annotations
 from .. import _docs
 from ._core import _blur_text, _filter_text  # noqa: F401  (spec strings, for tests and tools)
 from .blur import selective_blur
-from .correlate import convolve, convolve1d, correlate, correlate1d, uniform_filter, uniform_filter1d
+from .correlate import (
+    convolve,
+    convolve1d,
+    correlate,
+    correlate1d,
+    uniform_filter,
+    uniform_filter1d,
+)
 from .derivatives import (
     derivative,
     gradient,
@@ -43,28 +50,52 @@ from .derivatives import (
     scharr,
     sobel,
 )
-from .gaussian import gaussian_filter, gaussian_filter1d, gaussian_gradient_magnitude, gaussian_laplace
+from .enhance import difference_of_gaussians, unsharp_mask
+from .gaussian import (
+    gaussian_filter,
+    gaussian_filter1d,
+    gaussian_gradient_magnitude,
+    gaussian_laplace,
+)
+from .rank import (
+    maximum_filter,
+    maximum_filter1d,
+    median_filter,
+    minimum_filter,
+    minimum_filter1d,
+    percentile_filter,
+    rank_filter,
+)
 
 __doc__ = _docs.fill(__doc__)
 
 __all__ = [
-    "correlate",
     "convolve",
-    "correlate1d",
     "convolve1d",
-    "uniform_filter",
-    "uniform_filter1d",
+    "correlate",
+    "correlate1d",
     "derivative",
-    "gradient",
-    "gradient_magnitude",
-    "gradient_direction",
-    "sobel",
-    "prewitt",
-    "scharr",
-    "laplace",
+    "difference_of_gaussians",
     "gaussian_filter",
     "gaussian_filter1d",
     "gaussian_gradient_magnitude",
     "gaussian_laplace",
+    "gradient",
+    "gradient_direction",
+    "gradient_magnitude",
+    "laplace",
+    "maximum_filter",
+    "maximum_filter1d",
+    "median_filter",
+    "minimum_filter",
+    "minimum_filter1d",
+    "percentile_filter",
+    "prewitt",
+    "rank_filter",
+    "scharr",
     "selective_blur",
+    "sobel",
+    "uniform_filter",
+    "uniform_filter1d",
+    "unsharp_mask",
 ]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from numbers import Integral, Real
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple
 
 import torch
 import torch.autograd.forward_ad as _fwad
@@ -50,13 +50,13 @@ class Layout(NamedTuple):
     """Where the caller's ``axes`` land for the engines (see the module docstring)."""
 
     dim: int  # the input's dimensions
-    axes: Tuple[int, ...]  # the caller's axes, non-negative, in the caller's order
+    axes: tuple[int, ...]  # the caller's axes, non-negative, in the caller's order
     ndim: int  # the spec's spatial axes
-    perm: Optional[Tuple[int, ...]]  # input permutation (None: as it is)
+    perm: tuple[int, ...] | None  # input permutation (None: as it is)
     merge: int = 0  # > 0: the axes from this one on are merged into one (a view)
 
     @property
-    def spec_axes(self) -> Tuple[int, ...]:
+    def spec_axes(self) -> tuple[int, ...]:
         """The spec axis (negative) of each of the caller's axes, in the caller's order."""
         if self.merge:
             return tuple(a - self.merge - 1 for a in self.axes)
@@ -66,7 +66,7 @@ class Layout(NamedTuple):
         k = len(chosen)
         return tuple(chosen.index(a) - k for a in self.axes)
 
-    def modes(self, modes) -> "str | tuple":
+    def modes(self, modes) -> str | tuple:
         """The spec's ``mode``: the caller's per-axis modes (``axes`` order) on the spec's axes;
         an axis no stencil reads takes the first chosen axis's mode."""
         per = [modes[0]] * self.ndim
@@ -99,7 +99,7 @@ class Layout(NamedTuple):
             inv[p] = i
         return y.permute(inv)
 
-    def out_to_engine(self, out: Optional[Tensor], components: bool) -> Optional[Tensor]:
+    def out_to_engine(self, out: Tensor | None, components: bool) -> Tensor | None:
         if self.merge and out is not None:
             return out.view(out.shape[: self.merge + bool(components)] + (-1,))
         if out is None or self.perm is None:
@@ -267,7 +267,7 @@ def run(x: Tensor, lay: Layout, modes, cval: float, epilogue: str, recipes: tupl
     return out if out is not None else lay.from_engine(y, bool(components), x.shape)
 
 
-def run_filter(x: Tensor, text: str, out: Optional[Tensor], backend) -> Tensor:
+def run_filter(x: Tensor, text: str, out: Tensor | None, backend) -> Tensor:
     backend = check_backend(backend)
     spec = _spec.decode(text)
     if out is not None:

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Union
 
 import torch
 from torch import Tensor
 
 from .. import _ops, _spec
 from .._docs import docfiller
-from .._validate import check_bool, check_dense, check_has_values, check_out, check_real, type_name
+from .._validate import (
+    check_bool,
+    check_dense,
+    check_has_values,
+    check_out,
+    check_real,
+    type_name,
+)
 from ..backends import check_backend
-from ._core import _blur_text, _mergeable, dense_recipe, _eager_engine, _signbit, no_grad_out, prep, refuse_forward_ad, weights_tuple
+from ._core import (
+    _blur_text,
+    _eager_engine,
+    _mergeable,
+    _signbit,
+    dense_recipe,
+    no_grad_out,
+    prep,
+    refuse_forward_ad,
+    weights_tuple,
+)
 from .gaussian import check_sigma, gaussian_radii
 
 __all__ = ["selective_blur"]
@@ -34,8 +52,8 @@ def selective_blur(
     input: Tensor,
     threshold: float = 0.0,
     *,
-    mask: Optional[Tensor] = None,
-    sigma: Union[None, Number, Sequence[Number]] = None,
+    mask: Tensor | None = None,
+    sigma: None | Number | Sequence[Number] = None,
     weights=None,
     normalized: bool = False,
     keep_border: bool = False,
@@ -43,8 +61,8 @@ def selective_blur(
     cval: float = 0.0,
     truncate: float = 4.0,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Blur only the pixels that pass a test, in one fused pass (and one backward).
 

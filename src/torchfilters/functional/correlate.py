@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from numbers import Integral
-from typing import Optional, Sequence, Union
 
 from torch import Tensor
 
 from .. import _spec
 from .._docs import docfiller
 from .._validate import check_axis, check_input, per_axis, type_name
-from ._core import check_origin, dense_recipe, copy_result, prep, run, weights_tuple
+from ._core import check_origin, copy_result, dense_recipe, prep, run, weights_tuple
 
-__all__ = ["correlate", "convolve", "correlate1d", "convolve1d", "uniform_filter", "uniform_filter1d"]
+__all__ = ["convolve", "convolve1d", "correlate", "correlate1d", "uniform_filter", "uniform_filter1d"]
 
 
 def _correlate(input, weights, mode, cval, origin, axes, out, backend, flip: bool):
@@ -46,10 +46,10 @@ def correlate(
     *,
     mode: str = "reflect",
     cval: float = 0.0,
-    origin: Union[int, Sequence[int]] = 0,
+    origin: int | Sequence[int] = 0,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Correlate with a kernel over ``axes`` (the kernel is not flipped).
 
@@ -101,10 +101,10 @@ def convolve(
     *,
     mode: str = "reflect",
     cval: float = 0.0,
-    origin: Union[int, Sequence[int]] = 0,
+    origin: int | Sequence[int] = 0,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Convolve with a kernel over ``axes`` (the kernel is flipped).
 
@@ -177,8 +177,8 @@ def correlate1d(
     mode: str = "reflect",
     cval: float = 0.0,
     origin: int = 0,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Correlate along one axis with 1-D ``weights``.
 
@@ -226,8 +226,8 @@ def convolve1d(
     mode: str = "reflect",
     cval: float = 0.0,
     origin: int = 0,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Convolve along one axis with 1-D ``weights`` (flipped).
 
@@ -294,14 +294,14 @@ def _uniform(x, lay, modes, cval, sizes, origins, out, backend):
 )
 def uniform_filter(
     input: Tensor,
-    size: Union[int, Sequence[int]] = 3,
+    size: int | Sequence[int] = 3,
     *,
     mode: str = "reflect",
     cval: float = 0.0,
-    origin: Union[int, Sequence[int]] = 0,
+    origin: int | Sequence[int] = 0,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Uniform (box) filter: the mean over a window of ``size`` samples per axis.
 
@@ -355,8 +355,8 @@ def uniform_filter1d(
     mode: str = "reflect",
     cval: float = 0.0,
     origin: int = 0,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Uniform (box) filter along one axis: the mean over ``size`` samples.
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from torch import Tensor
 
 from .. import _docs, kernels
@@ -11,8 +9,16 @@ from .._docs import docfiller
 from .._validate import check_axis, check_bool, check_out
 from ._core import prep, run
 
-__all__ = ["derivative", "gradient", "gradient_magnitude", "gradient_direction", "sobel", "prewitt", "scharr",
-           "laplace"]
+__all__ = [
+    "derivative",
+    "gradient",
+    "gradient_direction",
+    "gradient_magnitude",
+    "laplace",
+    "prewitt",
+    "scharr",
+    "sobel",
+]
 
 
 def _gradients(input, operator, mode, cval, normalized, epilogue, axes, out, backend) -> Tensor:
@@ -52,8 +58,8 @@ def derivative(
     cval: float = 0.0,
     normalized: bool = False,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """First derivative along ``axis`` (``-1``: d/dx along W; ``-2``: d/dy along H).
 
@@ -124,8 +130,8 @@ def gradient(
     cval: float = 0.0,
     normalized: bool = False,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """The derivatives along each axis, stacked: ``(..., 2, H, W)`` with index 0 = d/dy, 1 = d/dx.
 
@@ -179,8 +185,8 @@ def gradient_magnitude(
     cval: float = 0.0,
     normalized: bool = False,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Gradient magnitude ``sqrt((d/dy)^2 + (d/dx)^2)`` in one fused pass.
 
@@ -238,8 +244,8 @@ def gradient_direction(
     mode: str = "reflect",
     cval: float = 0.0,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Gradient direction ``atan2(d/dy, d/dx)`` in radians, in ``[-pi, pi]``.
 
@@ -318,8 +324,8 @@ def _named_operator(operator: str, smooth: str, div: int, example: str, scipy: s
         mode: str = "reflect",
         cval: float = 0.0,
         axes=None,
-        out: Optional[Tensor] = None,
-        backend: Optional[str] = None,
+        out: Tensor | None = None,
+        backend: str | None = None,
     ) -> Tensor:
         return derivative(input, axis, operator=operator, mode=mode, cval=cval, axes=axes, out=out, backend=backend)
 
@@ -352,8 +358,8 @@ def laplace(
     mode: str = "reflect",
     cval: float = 0.0,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Laplacian by second differences: the sum over ``axes`` of ``[1, -2, 1]`` along each.
 

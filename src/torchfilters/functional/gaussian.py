@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from numbers import Integral
-from typing import Optional, Sequence, Union
+from typing import Union
 
 from torch import Tensor
 
@@ -75,16 +76,16 @@ def gaussian_radii(sigmas, truncate, radius):
 )
 def gaussian_filter(
     input: Tensor,
-    sigma: Union[Number, Sequence[Number]],
+    sigma: Number | Sequence[Number],
     *,
-    order: Union[int, Sequence[int]] = 0,
+    order: int | Sequence[int] = 0,
     mode: str = "reflect",
     cval: float = 0.0,
     truncate: float = 4.0,
-    radius: Union[None, int, Sequence[int]] = None,
+    radius: None | int | Sequence[int] = None,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Gaussian filter: one 1-D pass per axis of ``axes``, in that order (H then W by default).
 
@@ -155,9 +156,9 @@ def gaussian_filter1d(
     mode: str = "reflect",
     cval: float = 0.0,
     truncate: float = 4.0,
-    radius: Optional[int] = None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    radius: int | None = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Gaussian filter along one axis: :func:`gaussian_filter` with ``axes=axis``.
 
@@ -205,15 +206,15 @@ def gaussian_filter1d(
 )
 def gaussian_gradient_magnitude(
     input: Tensor,
-    sigma: Union[Number, Sequence[Number]],
+    sigma: Number | Sequence[Number],
     *,
     mode: str = "reflect",
     cval: float = 0.0,
     truncate: float = 4.0,
-    radius: Union[None, int, Sequence[int]] = None,
+    radius: None | int | Sequence[int] = None,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Gradient magnitude with Gaussian derivatives, in one fused pass.
 
@@ -283,15 +284,15 @@ def _gaussian_sum(input, sigma, order, epilogue, mode, cval, truncate, radius, a
 )
 def gaussian_laplace(
     input: Tensor,
-    sigma: Union[Number, Sequence[Number]],
+    sigma: Number | Sequence[Number],
     *,
     mode: str = "reflect",
     cval: float = 0.0,
     truncate: float = 4.0,
-    radius: Union[None, int, Sequence[int]] = None,
+    radius: None | int | Sequence[int] = None,
     axes=None,
-    out: Optional[Tensor] = None,
-    backend: Optional[str] = None,
+    out: Tensor | None = None,
+    backend: str | None = None,
 ) -> Tensor:
     """Laplacian of Gaussian: the sum over ``axes`` of the Gaussian's second derivative along each.
 

@@ -44,6 +44,7 @@ from .tables import R_O, R_X
 from .threads import _launch, _threads
 
 __all__ = ["NAME", "UNAVAILABLE_HINT", "available", "blur_backward", "blur_forward", "empty_cache", "filter_backward",
+           "rank_forward", "rank_backward",
            "filter_forward"]
 
 NAME = "cpu"
@@ -192,3 +193,5 @@ filter_forward, filter_backward, blur_forward, blur_backward = adapt(
                     blur_forward=_blur_forward_planes, blur_backward=_blur_backward_planes),
     volume,
 )
+
+from .rank import rank_backward, rank_forward  # noqa: E402,F401  (rank filters: min, max, median, percentile)
