@@ -22,6 +22,15 @@ PUBLIC = {
     "gaussian_gradient_magnitude": lambda x, **k: tf.gaussian_gradient_magnitude(x, 1.0, **k),
     "gaussian_laplace": lambda x, **k: tf.gaussian_laplace(x, 1.0, **k),
     "selective_blur": lambda x, **k: tf.selective_blur(x, 0.5, **k),
+    "median_filter": lambda x, **k: tf.median_filter(x, 3, **k),
+    "minimum_filter": lambda x, **k: tf.minimum_filter(x, (2, 3), **k),
+    "maximum_filter": lambda x, **k: tf.maximum_filter(x, footprint=[[1, 0, 1], [0, 1, 1]], **k),
+    "rank_filter": lambda x, **k: tf.rank_filter(x, 2, 3, **k),
+    "percentile_filter": lambda x, **k: tf.percentile_filter(x, 30.0, (3, 2), **k),
+    "minimum_filter1d": lambda x, **k: tf.minimum_filter1d(x, 3, -2, **k),
+    "maximum_filter1d": lambda x, **k: tf.maximum_filter1d(x, 4, **k),
+    "unsharp_mask": lambda x, **k: tf.unsharp_mask(x, 1.0, 0.7, **k),
+    "difference_of_gaussians": lambda x, **k: tf.difference_of_gaussians(x, 0.8, **k),
 }
 #: the ops whose default call filters 2 axes (the 1-D ones filter one: any input of >= 1 dims)
 TWO_AXES = sorted(n for n in PUBLIC if not n.endswith("1d"))

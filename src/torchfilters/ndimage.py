@@ -55,6 +55,13 @@ __all__ = [
     "gaussian_laplace",
     "uniform_filter",
     "uniform_filter1d",
+    "rank_filter",
+    "median_filter",
+    "percentile_filter",
+    "minimum_filter",
+    "maximum_filter",
+    "minimum_filter1d",
+    "maximum_filter1d",
 ]
 
 _MODES = {"nearest", "wrap", "reflect", "grid-mirror", "mirror", "constant", "grid-wrap", "grid-constant"}
@@ -587,3 +594,241 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
         uniform_filter1d(src, int(s), axis, output, m, cval, o)
         src = output
     return output
+
+
+# ----------------------------------------------------------------- rank filters
+
+
+def _order_preserving(a, cval):
+    """``(t, table)``: ``a`` as a float tensor whose order is ``a``'s, exactly: floats as they
+    are, integers up to 32 bits (and bools) as float64; 64-bit integers as float64 too when
+    they fit in 53 bits, else as their ranks among ``a``'s values and ``cval`` (``table`` maps
+    a rank back).  Rank filters only compare, so every result is exact."""
+    if a.dtype in (np.float32, np.float64):
+        return _tensor(a, a.dtype == np.float32), None, float(np.asarray(cval).astype(a.dtype))
+    if a.dtype == np.float16:
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)), None, float(np.float16(cval))
+    cv = np.asarray(cval).astype(a.dtype)  # SciPy casts cval to the input's type (C's cast)
+    if a.dtype.itemsize < 8 or a.size == 0 or (int(np.abs(a.astype(np.float64)).max()) < 2**53
+                                               and abs(int(cv)) < 2**53):
+        return _tensor(a, False), None, float(cv)
+    table, inv = np.unique(np.append(a.ravel(), cv), return_inverse=True)
+    ranks = inv.astype(np.float64)
+    return torch.from_numpy(ranks[:-1].reshape(a.shape)), table, float(ranks[-1])
+
+
+def _rank_window(input, size, footprint, axes, origin):
+    """SciPy's window rules: ``(footprint over every axis, origins over every axis)``."""
+    if footprint is None:
+        if size is None:
+            raise RuntimeError("no footprint or filter size provided")
+        footprint = np.ones(_normalize_sequence(size, len(axes)), dtype=bool)
+    else:
+        footprint = np.asarray(footprint, dtype=bool)
+    if len(axes) < input.ndim:
+        if footprint.ndim != len(axes):
+            raise RuntimeError(f"footprint.ndim ({footprint.ndim}) must match len(axes) ({len(axes)})")
+        footprint = np.expand_dims(footprint, tuple(ax for ax in range(input.ndim) if ax not in axes))
+    _check_origin_type(origin)
+    origins = _normalize_sequence(origin, len(axes))
+    if len(axes) < input.ndim:
+        full = [0] * input.ndim
+        for o, ax in zip(origins, axes):
+            full[ax] = o
+        origins = full
+    fshape = [n for n in footprint.shape if n > 0]
+    if len(fshape) != input.ndim:
+        raise RuntimeError(f"footprint.ndim ({footprint.ndim}) must match len(axes) ({len(axes)})")
+    for o, n in zip(origins, fshape):
+        if (n // 2 + o < 0) or (n // 2 + o >= n):
+            raise ValueError("invalid origin")
+    return footprint, [int(o) for o in origins]
+
+
+def _rank_run(input, footprint, origins, rank, output, modes, cval, fresh):
+    """Select rank ``rank`` of ``footprint`` (over every axis) with torchfilters; ``modes`` one
+    per axis.  Axes the window does not reach along are batch axes."""
+    keep = [i for i in range(input.ndim) if footprint.shape[i] != 1 or origins[i] != 0]
+    if not keep:
+        keep = [input.ndim - 1]
+    if len(keep) > 3:
+        raise NotImplementedError(
+            f"torchfilters.ndimage's rank filters filter up to 3 axes; this window reaches along {len(keep)}")
+    if input.size == 0:
+        return output
+    fp = footprint.reshape([footprint.shape[i] for i in keep]).tolist()
+    md = tuple(_check_mode(modes[i]) for i in keep)
+    t, table, cv = _order_preserving(input, cval)
+    y = F.rank_filter(t, rank, footprint=fp, mode=md, cval=cv, origin=[origins[i] for i in keep], axes=tuple(keep))
+    if table is not None:
+        y = torch.from_numpy(table[y.numpy().astype(np.int64)])
+    if fresh and y.numpy().dtype == output.dtype and y.is_contiguous():
+        return y.numpy()
+    _store(output, y) if table is None else np.copyto(output, y.numpy(), casting="unsafe")
+    return output
+
+
+def _rank_filter(input, rank, size, footprint, output, mode, cval, origin, operation, axes):
+    if size is not None and footprint is not None:
+        warnings.warn("ignoring size because footprint is set", UserWarning, stacklevel=3)
+    input = np.asarray(input)
+    if np.iscomplexobj(input):
+        raise TypeError("Complex type not supported")
+    axes = _check_axes(axes, input.ndim)
+    footprint, origins = _rank_window(input, size, footprint, axes, origin)
+    count = int(footprint.sum())
+    if operation == "median":
+        rank = count // 2
+    elif operation == "percentile":
+        p = float(rank)
+        if p < 0.0:
+            p += 100.0
+        if p < 0 or p > 100:
+            raise RuntimeError("invalid percentile")
+        rank = count - 1 if p == 100.0 else int(float(count) * p / 100.0)
+    rank = operator.index(rank)
+    if rank < 0:
+        rank += count
+    if rank < 0 or rank >= count:
+        raise RuntimeError("rank not within filter footprint size")
+    per_axis_modes = not isinstance(mode, str) and np.iterable(mode)
+    if per_axis_modes:
+        m = _normalize_sequence(mode, len(axes))
+        modes = ["constant"] * input.ndim
+        for mm, ax in zip(m, axes):
+            modes[ax] = mm
+    else:
+        modes = [mode] * input.ndim
+    if rank in (0, count - 1):
+        return _min_or_max(input, footprint, output, modes, cval, origins, rank == 0, per_axis_modes)
+    if input.dtype == np.float16 and input.ndim != 1:
+        raise RuntimeError("array type not supported")
+    if input.dtype.char not in _SUPPORTED and input.dtype != np.float16:
+        raise RuntimeError("array type not supported")
+    if per_axis_modes:
+        raise RuntimeError("A sequence of modes is not supported by non-separable rank filters")
+    fresh = _fresh(output)
+    output = _get_output_rank(output, input)
+    _check_mode(mode)
+    return _rank_run(input, footprint, origins, rank, output, modes, cval, fresh)
+
+
+def _get_output_rank(output, input):
+    if input.dtype == np.float16 and (output is None or isinstance(output, (type, np.dtype, str))):
+        return np.zeros(input.shape, dtype=np.float16 if output is None else np.dtype(output))
+    return _get_output(output, input)
+
+
+def _min_or_max(input, footprint, output, modes, cval, origins, minimum, per_axis_modes):
+    if not footprint.any():
+        raise ValueError("All-zero footprint is not supported.")
+    if input.dtype.char not in _SUPPORTED:
+        raise RuntimeError(f"array type {input.dtype!r} not supported")
+    fresh = _fresh(output)
+    output = _get_output(output, input)
+    separable = bool(footprint.all())
+    if not separable and per_axis_modes:
+        raise RuntimeError("A sequence of modes is not supported for non-separable footprints")
+    if separable:  # SciPy: one 1-D pass per axis of size > 1; the others keep no mode
+        for i, n in enumerate(footprint.shape):
+            if n > 1:
+                _check_mode(modes[i])
+        if all(n == 1 for n in footprint.shape):
+            output[...] = input[...]
+            return output
+    else:
+        _check_mode(modes[0])
+    count = int(footprint.sum())
+    return _rank_run(input, footprint, origins, 0 if minimum else count - 1, output, modes, cval, fresh)
+
+
+def rank_filter(input, rank, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0, *,
+                axes=None):
+    """``scipy.ndimage.rank_filter``: the value of rank ``rank`` in each window."""
+    return _rank_filter(input, rank, size, footprint, output, mode, cval, origin, "rank", axes)
+
+
+def median_filter(input, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0, *,
+                  axes=None):
+    """``scipy.ndimage.median_filter``: the median (rank ``count // 2``) of each window."""
+    return _rank_filter(input, 0, size, footprint, output, mode, cval, origin, "median", axes)
+
+
+def percentile_filter(input, percentile, size=None, footprint=None, output=None, mode="reflect", cval=0.0,
+                      origin=0, *, axes=None):
+    """``scipy.ndimage.percentile_filter``: rank ``int(count * percentile / 100)`` of each window."""
+    return _rank_filter(input, percentile, size, footprint, output, mode, cval, origin, "percentile", axes)
+
+
+def _min_or_max_filter(input, size, footprint, output, mode, cval, origin, minimum, axes):
+    if size is not None and footprint is not None:
+        warnings.warn("ignoring size because footprint is set", UserWarning, stacklevel=3)
+    if footprint is None:
+        if size is None:
+            raise RuntimeError("no footprint provided")
+    else:
+        footprint = np.asarray(footprint, dtype=bool)
+        if not footprint.any():
+            raise ValueError("All-zero footprint is not supported.")
+        size = None
+        if footprint.all():  # SciPy: a full footprint is its size (separable)
+            size, footprint = footprint.shape, None
+    input = np.asarray(input)
+    if np.iscomplexobj(input):
+        raise TypeError("Complex type not supported")
+    axes = _check_axes(axes, input.ndim)
+    footprint, origins = _rank_window(input, size, footprint, axes, origin)
+    per_axis_modes = not isinstance(mode, str) and np.iterable(mode)
+    if per_axis_modes:
+        m = _normalize_sequence(mode, len(axes))
+        modes = ["constant"] * input.ndim
+        for mm, ax in zip(m, axes):
+            modes[ax] = mm
+    else:
+        modes = [mode] * input.ndim
+    return _min_or_max(input, footprint, output, modes, cval, origins, minimum, per_axis_modes)
+
+
+def minimum_filter(input, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0, *,
+                   axes=None):
+    """``scipy.ndimage.minimum_filter``: the minimum of each window."""
+    return _min_or_max_filter(input, size, footprint, output, mode, cval, origin, True, axes)
+
+
+def maximum_filter(input, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0, *,
+                   axes=None):
+    """``scipy.ndimage.maximum_filter``: the maximum of each window."""
+    return _min_or_max_filter(input, size, footprint, output, mode, cval, origin, False, axes)
+
+
+def _min_or_max_1d(input, size, axis, output, mode, cval, origin, minimum):
+    input = np.asarray(input)
+    if np.iscomplexobj(input):
+        raise TypeError("Complex type not supported")
+    axis = _normalize_axis(axis, input.ndim)
+    if size < 1:
+        raise RuntimeError("incorrect filter size")
+    if input.dtype.char not in _SUPPORTED:
+        raise RuntimeError(f"array type {input.dtype!r} not supported")
+    fresh = _fresh(output)
+    output = _get_output(output, input)
+    if (size // 2 + origin < 0) or (size // 2 + origin >= size):
+        raise ValueError("invalid origin")
+    _check_mode(mode)
+    shape = [1] * input.ndim
+    shape[axis] = int(size)
+    origins = [0] * input.ndim
+    origins[axis] = int(origin)
+    fp = np.ones(shape, dtype=bool)
+    return _rank_run(input, fp, origins, 0 if minimum else int(size) - 1, output, [mode] * input.ndim, cval,
+                     fresh)
+
+
+def minimum_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """``scipy.ndimage.minimum_filter1d``: the minimum over ``size`` samples along ``axis``."""
+    return _min_or_max_1d(input, size, axis, output, mode, cval, origin, True)
+
+
+def maximum_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
+    """``scipy.ndimage.maximum_filter1d``: the maximum over ``size`` samples along ``axis``."""
+    return _min_or_max_1d(input, size, axis, output, mode, cval, origin, False)
