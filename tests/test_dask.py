@@ -30,6 +30,12 @@ EXACT = {
     "gaussian_laplace wrap": lambda m, x: m.gaussian_laplace(x, 1.0, mode="wrap"),
     "convolve1d": lambda m, x: m.convolve1d(x, [1.0, 2.0, 3.0, 4.0], axis=1, mode="nearest"),
     "uniform_filter1d": lambda m, x: m.uniform_filter1d(x, 5, 1, mode="wrap"),
+    # selections: exact whatever the chunking
+    "median_filter": lambda m, x: m.median_filter(x, 5, mode="mirror"),
+    "rank_filter footprint origin": lambda m, x: m.rank_filter(x, 2, footprint=[[1, 0, 1], [0, 1, 1]], origin=(0, 1)),
+    "percentile_filter constant": lambda m, x: m.percentile_filter(x, 30, (3, 6), mode="constant", cval=0.5),
+    "minimum_filter wrap/nearest": lambda m, x: m.minimum_filter(x, (7, 2), mode=("wrap", "nearest")),
+    "maximum_filter1d": lambda m, x: m.maximum_filter1d(x, 6, 0, origin=-2),
 }
 #: equal to rounding: dense kernels (the engine's border and interior code sum them in different
 #: orders), and per-axis mode mixes (the volume engine's sums depend on the block's shape)

@@ -51,6 +51,13 @@ __all__ = [
     "gaussian_laplace",
     "uniform_filter",
     "uniform_filter1d",
+    "rank_filter",
+    "median_filter",
+    "percentile_filter",
+    "minimum_filter",
+    "maximum_filter",
+    "minimum_filter1d",
+    "maximum_filter1d",
 ]
 
 
@@ -285,3 +292,77 @@ def uniform_filter(image, size=3, mode="reflect", cval=0.0, origin=0, *, axes=No
             reach[a] = _reach1d(int(n), o)
     return _overlap(image, reach, _modes(mode, ax, image.ndim),
                     lambda b: _nd.uniform_filter(b, size, None, mode, cval, origin, axes=axes), _out_dtype(image))
+
+
+# ----------------------------------------------------------------- rank filters
+
+
+def _rank_reach(image, size, footprint, origin, axes):
+    ax = _axes(axes, image.ndim)
+    if footprint is not None:
+        shape = list(np.asarray(footprint).shape)
+        ordered = sorted(ax)  # a footprint's dims follow increasing axis order (SciPy)
+    elif size is not None:
+        shape = _nd._normalize_sequence(size, len(ax))
+        ordered = list(ax)
+    else:
+        raise RuntimeError("no footprint or filter size provided")
+    reach = _no_reach(image.ndim)
+    origins = dict(zip(ax, _nd._normalize_sequence(origin, len(ax))))
+    if len(shape) == len(ordered):
+        for a, n in zip(ordered, shape):
+            reach[a] = _reach1d(int(n), int(origins[a]))
+    return ax, reach
+
+
+def _rank_like(fn, image, size, footprint, mode, cval, origin, axes, *lead):
+    image = _da.asarray(image)
+    ax, reach = _rank_reach(image, size, footprint, origin, axes)
+    modes = _modes(mode, ax, image.ndim)
+    return _overlap(image, reach, modes,
+                    lambda b: fn(b, *lead, size, footprint, None, mode, cval, origin, axes=axes), image.dtype)
+
+
+def rank_filter(image, rank, size=None, footprint=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """``torchfilters.ndimage.rank_filter`` on a dask array."""
+    return _rank_like(_nd.rank_filter, image, size, footprint, mode, cval, origin, axes, rank)
+
+
+def percentile_filter(image, percentile, size=None, footprint=None, mode="reflect", cval=0.0, origin=0, *,
+                      axes=None):
+    """``torchfilters.ndimage.percentile_filter`` on a dask array."""
+    return _rank_like(_nd.percentile_filter, image, size, footprint, mode, cval, origin, axes, percentile)
+
+
+def median_filter(image, size=None, footprint=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """``torchfilters.ndimage.median_filter`` on a dask array."""
+    return _rank_like(_nd.median_filter, image, size, footprint, mode, cval, origin, axes)
+
+
+def minimum_filter(image, size=None, footprint=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """``torchfilters.ndimage.minimum_filter`` on a dask array."""
+    return _rank_like(_nd.minimum_filter, image, size, footprint, mode, cval, origin, axes)
+
+
+def maximum_filter(image, size=None, footprint=None, mode="reflect", cval=0.0, origin=0, *, axes=None):
+    """``torchfilters.ndimage.maximum_filter`` on a dask array."""
+    return _rank_like(_nd.maximum_filter, image, size, footprint, mode, cval, origin, axes)
+
+
+def _minmax1d(fn, image, size, axis, mode, cval, origin):
+    image = _da.asarray(image)
+    axis = _nd._normalize_axis(axis, image.ndim)
+    reach = _no_reach(image.ndim)
+    reach[axis] = _reach1d(int(size), origin)
+    return _overlap(image, reach, _modes(mode, (axis,), image.ndim),
+                    lambda b: fn(b, size, axis, None, mode, cval, origin), image.dtype)
+
+
+def minimum_filter1d(image, size, axis=-1, mode="reflect", cval=0.0, origin=0):
+    """``torchfilters.ndimage.minimum_filter1d`` on a dask array."""
+    return _minmax1d(_nd.minimum_filter1d, image, size, axis, mode, cval, origin)
+
+
+def maximum_filter1d(image, size, axis=-1, mode="reflect", cval=0.0, origin=0):
+    """``torchfilters.ndimage.maximum_filter1d`` on a dask array."""
+    return _minmax1d(_nd.maximum_filter1d, image, size, axis, mode, cval, origin)
