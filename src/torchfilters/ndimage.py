@@ -21,6 +21,11 @@ results, and more than three axes, run SciPy's sequence of passes, each a fused 
 Every value is computed in float64, except float32 in and out (float32 arithmetic, as the
 torch API does: equal to SciPy's float64-then-round to a few float32 ulps).
 
+Rank filters (``median_filter``, ``rank_filter``, ...) are exact selections for every dtype SciPy
+takes (64-bit integers beyond 2**53 are filtered as their ranks).  Where a window holds NaN,
+SciPy's result depends on which of its algorithms runs; these follow ``numpy.sort``'s order (NaN
+last), as the torch functions do.
+
 Known differences (each tested against an independent oracle): ``uniform_filter`` sums each
 window afresh where SciPy keeps a running sum, so a NaN or inf spreads over its window only
 (SciPy's spreads to the end of the line) and rounding differs in the last bits.
