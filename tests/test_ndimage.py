@@ -123,3 +123,66 @@ def test_review_findings_follow_scipy():
             call(tfn)
     np.testing.assert_array_equal(tfn.gaussian_filter(np.arange(5.0), 1.0, truncate=-1),
                                   ndi.gaussian_filter(np.arange(5.0), 1.0, truncate=-1))
+
+
+# ----------------------------------------------------------------- rank filters
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int32, np.uint32, np.int64, np.uint64, np.float32,
+                                   np.float64, np.bool_])
+def test_rank_filters_exact_in_every_dtype(dtype):
+    import scipy.ndimage as ndi
+
+    rng = np.random.default_rng(3)
+    if dtype == np.bool_:
+        a = rng.random((9, 8)) > 0.5
+    elif np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        a = rng.integers(max(info.min, -(2**52)), min(info.max, 2**52), (9, 8), dtype=dtype, endpoint=True)
+    else:
+        a = rng.standard_normal((9, 8)).astype(dtype)
+    fp = [[1, 0, 1], [1, 1, 0]]
+    for name, args, kw in [("median_filter", (3,), {}), ("rank_filter", (2,), dict(footprint=fp)),
+                           ("percentile_filter", (40, (2, 3)), dict(mode="constant", cval=1)),
+                           ("minimum_filter", ((3, 2),), dict(mode="wrap")), ("maximum_filter", (), dict(footprint=fp)),
+                           ("minimum_filter1d", (4,), dict(mode="mirror")), ("maximum_filter1d", (3, 0), {})]:
+        got = getattr(tfn, name)(a, *args, **kw)
+        want = getattr(ndi, name)(a, *args, **kw)
+        assert got.dtype == want.dtype and np.array_equal(got, want), (name, dtype)
+
+
+def test_rank_filters_exact_for_64_bit_integers_beyond_2_53():
+    """SciPy's rank filters go through float64 and round such values (an oracle that does not:
+    ``numpy.sort`` over the windows of the ``np.pad(mode="symmetric")`` = SciPy ``reflect``)."""
+    rng = np.random.default_rng(1)
+    a = rng.integers(-(2**62), 2**62, (6, 7), dtype=np.int64)
+    a[2, 3] = a[2, 4] + 1
+    win = np.lib.stride_tricks.sliding_window_view(np.pad(a, 1, mode="symmetric"), (3, 3))
+    want = np.sort(win.reshape(6, 7, 9), axis=-1, kind="stable")[..., 4]
+    assert np.array_equal(tfn.median_filter(a, 3), want)
+    u = a.astype(np.uint64) + np.uint64(2**63)
+    assert np.array_equal(tfn.maximum_filter(u, 3), (np.sort(win.reshape(6, 7, 9), axis=-1)[..., 8]).astype(np.uint64)
+                          + np.uint64(2**63))
+
+
+def test_rank_filters_scipy_quirks():
+    import scipy.ndimage as ndi
+
+    a = np.arange(20.0).reshape(4, 5)
+    with pytest.warns(UserWarning, match="ignoring size"):
+        tfn.median_filter(a, 3, footprint=[[1, 1]])
+    with pytest.raises(RuntimeError, match="sequence of modes"):
+        tfn.median_filter(a, 3, mode=["reflect", "wrap"])
+    assert np.array_equal(tfn.rank_filter(a, 0, 3, mode=["reflect", "wrap"]),
+                          ndi.rank_filter(a, 0, 3, mode=["reflect", "wrap"]))
+    with pytest.raises(RuntimeError, match="array type"):
+        tfn.median_filter(a.astype(np.float16), 3)
+    h = np.arange(7, dtype=np.float16)  # SciPy's 1-D rank filters take float16
+    assert np.array_equal(tfn.median_filter(h, 3), ndi.median_filter(h, 3))
+    out = np.zeros((4, 5), np.int8)
+    assert tfn.median_filter(a * 1.7, 3, output=out) is out
+    assert np.array_equal(out, ndi.median_filter(a * 1.7, 3, output=np.int8))
+    with pytest.raises(TypeError):
+        tfn.median_filter(a + 1j, 3)
+    with pytest.raises(NotImplementedError):
+        tfn.median_filter(np.zeros((3,) * 4), 2)
