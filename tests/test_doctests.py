@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import doctest
 import importlib
+import pkgutil
 
 import pytest
 import torch
 
-MODULES = ["torchfilters", "torchfilters.functional.correlate", "torchfilters.functional.derivatives",
-           "torchfilters.functional.gaussian", "torchfilters.functional.blur", "torchfilters.nn", "torchfilters.backends", "torchfilters.backends._layout"]
+import torchfilters.functional  # noqa: E402
+
+#: every module of the functional package (a new one is found, not listed), and the others with examples
+MODULES = ["torchfilters", "torchfilters.nn", "torchfilters.backends", "torchfilters.backends._layout"] + [
+    f"torchfilters.functional.{m.name}" for m in pkgutil.iter_modules(torchfilters.functional.__path__)
+    if not m.name.startswith("_")]
 
 
 def _examples(modname):
