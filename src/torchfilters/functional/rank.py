@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from .. import _ops, _spec
+from .. import _docs
 from .._docs import docfiller
 from .._validate import check_out, per_axis, type_name
 from ..backends import check_backend
@@ -311,57 +312,6 @@ def rank_filter(
     return _rank(input, size, footprint, mode, cval, origin, axes, out, backend, rank=rank)
 
 
-@docfiller(scipy="``scipy.ndimage.median_filter(x, size, footprint, mode=mode,\ncval=cval, origin=origin, axes=axes)``")
-def median_filter(
-    input: Tensor,
-    size: Size = None,
-    footprint=None,
-    *,
-    mode: str = "reflect",
-    cval: float = 0.0,
-    origin: int | Sequence[int] = 0,
-    axes=None,
-    out: Tensor | None = None,
-    backend: str | None = None,
-) -> Tensor:
-    """The median of each window: rank ``count // 2`` of its ``count`` elements.
-
-    For an even ``count`` this is the upper of the two middle values (no averaging), as
-    SciPy's ``median_filter``.  %(rank_rule)s
-
-    Args:
-        %(input)s
-        %(size_foot)s
-        %(mode)s
-        %(cval)s
-        %(origin)s
-        %(axes)s
-        %(out)s
-        %(backend)s
-
-    Returns:
-        %(returns)s
-
-    Raises:
-        TypeError: ``size`` or ``origin`` not an int; ``footprint`` not a boolean tensor,
-            array or nested sequence.
-        ValueError: neither or both of ``size`` and ``footprint``; ``size`` below 1;
-            ``footprint`` of other than ``len(axes)`` dimensions, ragged or all False;
-            ``origin`` out of range.
-        %(raises)s
-
-    %(rank_matches)s
-
-    Example:
-        >>> import torch, torchfilters as tf
-        >>> x = torch.tensor([[0.0, 0.0, 9.0, 0.0, 0.0], [0.0, 1.0, 2.0, 3.0, 4.0]])
-        >>> tf.median_filter(x, size=3, axes=-1)  # the lone 9 is removed
-        tensor([[0., 0., 0., 0., 0.],
-                [0., 1., 2., 3., 4.]])
-    """
-    return _rank(input, size, footprint, mode, cval, origin, axes, out, backend, which="median")
-
-
 @docfiller(
     scipy="``scipy.ndimage.percentile_filter(x, percentile, size, footprint,\nmode=mode, cval=cval, origin=origin, axes=axes)``"
 )
@@ -417,100 +367,81 @@ def percentile_filter(
     return _rank(input, size, footprint, mode, cval, origin, axes, out, backend, percentile=percentile)
 
 
-@docfiller(scipy="``scipy.ndimage.minimum_filter(x, size, footprint, mode=mode,\ncval=cval, origin=origin, axes=axes)``")
-def minimum_filter(
-    input: Tensor,
-    size: Size = None,
-    footprint=None,
-    *,
-    mode: str = "reflect",
-    cval: float = 0.0,
-    origin: int | Sequence[int] = 0,
-    axes=None,
-    out: Tensor | None = None,
-    backend: str | None = None,
-) -> Tensor:
-    """The minimum of each window (grey erosion with a flat structuring element).
+_WINDOW = """%(summary)s
 
-    %(rank_rule)s  So the minimum ignores NaN unless the whole window is NaN.
+%(detail)s%(rank_rule)s%(nan_note)s
 
-    Args:
-        %(input)s
-        %(size_foot)s
-        %(mode)s
-        %(cval)s
-        %(origin)s
-        %(axes)s
-        %(out)s
-        %(backend)s
+Args:
+    %(input)s
+    %(size_foot)s
+    %(mode)s
+    %(cval)s
+    %(origin)s
+    %(axes)s
+    %(out)s
+    %(backend)s
 
-    Returns:
-        %(returns)s
+Returns:
+    %(returns)s
 
-    Raises:
-        TypeError: ``size`` or ``origin`` not an int; ``footprint`` not a boolean tensor,
-            array or nested sequence.
-        ValueError: neither or both of ``size`` and ``footprint``; ``size`` below 1;
-            ``footprint`` of other than ``len(axes)`` dimensions, ragged or all False;
-            ``origin`` out of range.
-        %(raises)s
+Raises:
+    TypeError: ``size`` or ``origin`` not an int; ``footprint`` not a boolean tensor,
+        array or nested sequence.
+    ValueError: neither or both of ``size`` and ``footprint``; ``size`` below 1;
+        ``footprint`` of other than ``len(axes)`` dimensions, ragged or all False;
+        ``origin`` out of range.
+    %(raises)s
 
-    %(rank_matches)s
+%(rank_matches)s
 
-    Example:
-        >>> import torch, torchfilters as tf
-        >>> tf.minimum_filter(torch.tensor([[1.0, 7.0, 3.0, 9.0, 5.0]]), size=3, axes=-1)
-        tensor([[1., 1., 3., 3., 5.]])
-    """
-    return _rank(input, size, footprint, mode, cval, origin, axes, out, backend, which="min")
+Example:
+    >>> import torch, torchfilters as tf
+%(example)s
+"""
 
 
-@docfiller(scipy="``scipy.ndimage.maximum_filter(x, size, footprint, mode=mode,\ncval=cval, origin=origin, axes=axes)``")
-def maximum_filter(
-    input: Tensor,
-    size: Size = None,
-    footprint=None,
-    *,
-    mode: str = "reflect",
-    cval: float = 0.0,
-    origin: int | Sequence[int] = 0,
-    axes=None,
-    out: Tensor | None = None,
-    backend: str | None = None,
-) -> Tensor:
-    """The maximum of each window (grey dilation with a flat structuring element).
+def _window_op(name: str, which: str, summary: str, detail: str, nan_note: str, example: str):
+    """``median_filter``, ``minimum_filter``, ``maximum_filter``: one signature, one template."""
 
-    %(rank_rule)s  So the maximum of a window holding a NaN is NaN.
+    def fn(
+        input: Tensor,
+        size: Size = None,
+        footprint=None,
+        *,
+        mode: str = "reflect",
+        cval: float = 0.0,
+        origin: Union[int, Sequence[int]] = 0,
+        axes=None,
+        out: Optional[Tensor] = None,
+        backend: Optional[str] = None,
+    ) -> Tensor:
+        return _rank(input, size, footprint, mode, cval, origin, axes, out, backend, which=which)
 
-    Args:
-        %(input)s
-        %(size_foot)s
-        %(mode)s
-        %(cval)s
-        %(origin)s
-        %(axes)s
-        %(out)s
-        %(backend)s
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = _docs.fill(
+        _WINDOW, summary=summary, detail=detail, nan_note=nan_note, example=example,
+        scipy=f"``scipy.ndimage.{name}(x, size, footprint, mode=mode,\ncval=cval, origin=origin, axes=axes)``")
+    return fn
 
-    Returns:
-        %(returns)s
 
-    Raises:
-        TypeError: ``size`` or ``origin`` not an int; ``footprint`` not a boolean tensor,
-            array or nested sequence.
-        ValueError: neither or both of ``size`` and ``footprint``; ``size`` below 1;
-            ``footprint`` of other than ``len(axes)`` dimensions, ragged or all False;
-            ``origin`` out of range.
-        %(raises)s
-
-    %(rank_matches)s
-
-    Example:
-        >>> import torch, torchfilters as tf
-        >>> tf.maximum_filter(torch.tensor([[1.0, 7.0, 3.0, 9.0, 5.0]]), size=3, axes=-1)
-        tensor([[7., 7., 9., 9., 9.]])
-    """
-    return _rank(input, size, footprint, mode, cval, origin, axes, out, backend, which="max")
+median_filter = _window_op(
+    "median_filter", "median", "The median of each window: rank ``count // 2`` of its ``count`` elements.",
+    "For an even ``count`` this is the upper of the two middle values (no averaging), as\n"
+    "SciPy's ``median_filter``.  ", "",
+    "    >>> x = torch.tensor([[0.0, 0.0, 9.0, 0.0, 0.0], [0.0, 1.0, 2.0, 3.0, 4.0]])\n"
+    "    >>> tf.median_filter(x, size=3, axes=-1)  # the lone 9 is removed\n"
+    "    tensor([[0., 0., 0., 0., 0.],\n"
+    "            [0., 1., 2., 3., 4.]])")
+minimum_filter = _window_op(
+    "minimum_filter", "min", "The minimum of each window (grey erosion with a flat structuring element).", "",
+    "  So the minimum ignores NaN unless the whole window is NaN.",
+    "    >>> tf.minimum_filter(torch.tensor([[1.0, 7.0, 3.0, 9.0, 5.0]]), size=3, axes=-1)\n"
+    "    tensor([[1., 1., 3., 3., 5.]])")
+maximum_filter = _window_op(
+    "maximum_filter", "max", "The maximum of each window (grey dilation with a flat structuring element).", "",
+    "  So the maximum of a window holding a NaN is NaN.",
+    "    >>> tf.maximum_filter(torch.tensor([[1.0, 7.0, 3.0, 9.0, 5.0]]), size=3, axes=-1)\n"
+    "    tensor([[7., 7., 9., 9., 9.]])")
 
 
 def _minmax1d(input, size, axis, mode, cval, origin, out, backend, which):
@@ -520,89 +451,57 @@ def _minmax1d(input, size, axis, mode, cval, origin, out, backend, which):
     return _run(x, lay, modes, cval, fp, lo, 0 if which == "min" else n - 1, n, out, backend)
 
 
-@docfiller(scipy="``scipy.ndimage.minimum_filter1d(x, size, axis, mode=mode,\ncval=cval, origin=origin)``")
-def minimum_filter1d(
-    input: Tensor,
-    size: int,
-    axis: int = -1,
-    *,
-    mode: str = "reflect",
-    cval: float = 0.0,
-    origin: int = 0,
-    out: Tensor | None = None,
-    backend: str | None = None,
-) -> Tensor:
-    """The minimum over ``size`` samples along one axis.
+_ONE_AXIS = """The %(what)s over ``size`` samples along one axis.
 
-    %(rank_rule)s
+%(rank_rule)s
 
-    Args:
-        %(input)s
-        size: the window length, an int ``>= 1``.
-        %(axis1d)s
-        %(mode)s
-        %(cval)s
-        %(origin1d)s
-        %(out)s
-        %(backend)s
+Args:
+    %(input)s
+    size: the window length, an int ``>= 1``.
+    %(axis1d)s
+    %(mode)s
+    %(cval)s
+    %(origin1d)s
+    %(out)s
+    %(backend)s
 
-    Returns:
-        %(returns)s
+Returns:
+    %(returns)s
 
-    Raises:
-        TypeError: ``size``, ``axis`` or ``origin`` not an int.
-        ValueError: ``size`` below 1; ``axis`` or ``origin`` out of range.
-        %(raises)s
+Raises:
+    TypeError: ``size``, ``axis`` or ``origin`` not an int.
+    ValueError: ``size`` below 1; ``axis`` or ``origin`` out of range.
+    %(raises)s
 
-    %(rank_matches)s
+%(rank_matches)s
 
-    Example:
-        >>> import torch, torchfilters as tf
-        >>> tf.minimum_filter1d(torch.tensor([2.0, 8.0, 0.0, 4.0, 1.0, 9.0, 9.0, 0.0]), 3)
-        tensor([2., 0., 0., 0., 1., 1., 0., 0.])
-    """
-    return _minmax1d(input, size, axis, mode, cval, origin, out, backend, "min")
+Example:
+    >>> import torch, torchfilters as tf
+    >>> tf.%(name)s(torch.tensor([2.0, 8.0, 0.0, 4.0, 1.0, 9.0, 9.0, 0.0]), 3)
+    tensor([%(example)s])
+"""
 
 
-@docfiller(scipy="``scipy.ndimage.maximum_filter1d(x, size, axis, mode=mode,\ncval=cval, origin=origin)``")
-def maximum_filter1d(
-    input: Tensor,
-    size: int,
-    axis: int = -1,
-    *,
-    mode: str = "reflect",
-    cval: float = 0.0,
-    origin: int = 0,
-    out: Tensor | None = None,
-    backend: str | None = None,
-) -> Tensor:
-    """The maximum over ``size`` samples along one axis.
+def _one_axis_op(name: str, which: str, what: str, example: str):
+    def fn(
+        input: Tensor,
+        size: int,
+        axis: int = -1,
+        *,
+        mode: str = "reflect",
+        cval: float = 0.0,
+        origin: int = 0,
+        out: Optional[Tensor] = None,
+        backend: Optional[str] = None,
+    ) -> Tensor:
+        return _minmax1d(input, size, axis, mode, cval, origin, out, backend, which)
 
-    %(rank_rule)s
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = _docs.fill(
+        _ONE_AXIS, name=name, what=what, example=example,
+        scipy=f"``scipy.ndimage.{name}(x, size, axis, mode=mode,\ncval=cval, origin=origin)``")
+    return fn
 
-    Args:
-        %(input)s
-        size: the window length, an int ``>= 1``.
-        %(axis1d)s
-        %(mode)s
-        %(cval)s
-        %(origin1d)s
-        %(out)s
-        %(backend)s
 
-    Returns:
-        %(returns)s
-
-    Raises:
-        TypeError: ``size``, ``axis`` or ``origin`` not an int.
-        ValueError: ``size`` below 1; ``axis`` or ``origin`` out of range.
-        %(raises)s
-
-    %(rank_matches)s
-
-    Example:
-        >>> import torch, torchfilters as tf
-        >>> tf.maximum_filter1d(torch.tensor([2.0, 8.0, 0.0, 4.0, 1.0, 9.0, 9.0, 0.0]), 3)
-        tensor([8., 8., 8., 4., 9., 9., 9., 9.])
-    """
-    return _minmax1d(input, size, axis, mode, cval, origin, out, backend, "max")
+minimum_filter1d = _one_axis_op("minimum_filter1d", "min", "minimum", "2., 0., 0., 0., 1., 1., 0., 0.")
+maximum_filter1d = _one_axis_op("maximum_filter1d", "max", "maximum", "8., 8., 8., 4., 9., 9., 9., 9.")
