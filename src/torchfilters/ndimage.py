@@ -156,6 +156,27 @@ def _get_output(output, input, shape=None, complex_output=False):
     return out
 
 
+def _expand_window(w, ndim, axes, name, given=False):
+    """A window over ``axes`` (its dims in increasing axis order) as one over every axis."""
+    if len(axes) < ndim or given:
+        if w.ndim != len(axes):
+            raise RuntimeError(f"{name}.ndim ({w.ndim}) must match len(axes) ({len(axes)})")
+        w = np.expand_dims(w, tuple(ax for ax in range(ndim) if ax not in axes))
+    return w
+
+
+def _expand_origins(origin, ndim, axes):
+    """Origins given per axis of ``axes`` (or one for all) as one per axis (0 elsewhere)."""
+    _check_origin_type(origin)
+    origins = _normalize_sequence(origin, len(axes))
+    if len(axes) < ndim:
+        full = [0] * ndim
+        for o, ax in zip(origins, axes):
+            full[ax] = o
+        origins = full
+    return origins
+
+
 # ----------------------------------------------------------------- the bridge to torch
 
 
@@ -284,18 +305,8 @@ def _correlate_or_convolve(input, weights, output, mode, cval, origin, convoluti
             input, weights, output, cval, mode=mode, origin=origin, convolution=convolution, axes=axes)
     given = axes is not None
     axes = _check_axes(axes, input.ndim)
-    weights = np.asarray(weights, dtype=np.float64)
-    if len(axes) < input.ndim or given:
-        if weights.ndim != len(axes):
-            raise RuntimeError(f"weights.ndim ({weights.ndim}) must match len(axes) ({len(axes)})")
-        weights = np.expand_dims(weights, tuple(ax for ax in range(input.ndim) if ax not in axes))
-    _check_origin_type(origin)
-    origins = _normalize_sequence(origin, len(axes))
-    if len(axes) < input.ndim:
-        full = [0] * input.ndim
-        for o, ax in zip(origins, axes):
-            full[ax] = o
-        origins = full
+    weights = _expand_window(np.asarray(weights, dtype=np.float64), input.ndim, axes, "weights", given)
+    origins = _expand_origins(origin, input.ndim, axes)
     wshape = [n for n in weights.shape if n > 0]
     if len(wshape) != input.ndim:
         raise RuntimeError("filter weights array has incorrect shape.")
@@ -630,17 +641,8 @@ def _rank_window(input, size, footprint, axes, origin):
         footprint = np.ones(_normalize_sequence(size, len(axes)), dtype=bool)
     else:
         footprint = np.asarray(footprint, dtype=bool)
-    if len(axes) < input.ndim:
-        if footprint.ndim != len(axes):
-            raise RuntimeError(f"footprint.ndim ({footprint.ndim}) must match len(axes) ({len(axes)})")
-        footprint = np.expand_dims(footprint, tuple(ax for ax in range(input.ndim) if ax not in axes))
-    _check_origin_type(origin)
-    origins = _normalize_sequence(origin, len(axes))
-    if len(axes) < input.ndim:
-        full = [0] * input.ndim
-        for o, ax in zip(origins, axes):
-            full[ax] = o
-        origins = full
+    footprint = _expand_window(footprint, input.ndim, axes, "footprint")
+    origins = _expand_origins(origin, input.ndim, axes)
     fshape = [n for n in footprint.shape if n > 0]
     if len(fshape) != input.ndim:
         raise RuntimeError(f"footprint.ndim ({footprint.ndim}) must match len(axes) ({len(axes)})")
