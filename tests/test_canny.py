@@ -48,6 +48,8 @@ def _check(ours, ref):
 @pytest.mark.parametrize("setting", list(SETTINGS))
 @pytest.mark.parametrize("name", ["camera", "coins", "checkerboard", "text"])
 def test_sample_images_float64(images, name, setting, engine):
+    if engine == "reference" and setting not in ("default", "quantiles"):
+        pytest.skip("the reference's iterated dilation is slow on 512x512: two settings suffice")
     im = images[name].astype(np.float64) / 255.0
     kw = SETTINGS[setting]
     _check(tf.canny(torch.from_numpy(im), backend=engine, **kw), sk_canny(im, **kw))

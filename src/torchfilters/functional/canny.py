@@ -75,8 +75,26 @@ def _gaussian(x: Tensor, sigma, gkw) -> Tensor:
     if x.dtype == torch.float64:
         return gaussian_filter(x, sigma, **gkw)
     sy, sx = sigma
-    y = gaussian_filter1d(x.double(), sy, -2, **gkw).float()
-    return gaussian_filter1d(y.double(), sx, -1, **gkw).float()
+    if x.device.type != "cpu" or torch.compiler.is_compiling():
+        y = gaussian_filter1d(x.double(), sy, -2, **gkw).float()
+        return gaussian_filter1d(y.double(), sx, -1, **gkw).float()
+    # CPU: the float64 temporaries from the engine's buffer cache (fresh 8-byte copies of a
+    # large batch cost more in page faults than the two passes)
+    a, b, t = _empty(x.shape, torch.float64), _empty(x.shape, torch.float64), _empty(x.shape, torch.float32)
+    a.copy_(x)
+    gaussian_filter1d(a, sy, -2, out=b, **gkw)
+    t.copy_(b)  # rounded to float32, as SciPy stores its first pass
+    a.copy_(t)
+    gaussian_filter1d(a, sx, -1, out=b, **gkw)
+    return t.copy_(b)
+
+
+def _empty(shape, dtype):
+    try:
+        from ..backends.cpu.buffers import _alloc
+    except ImportError:  # no numba
+        return torch.empty(shape, dtype=dtype)
+    return _alloc(tuple(shape), dtype)
 
 
 def _erode(mask: Tensor) -> Tensor:
