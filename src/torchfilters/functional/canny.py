@@ -185,7 +185,7 @@ def canny(
         >>> e.shape, e.dtype
         (torch.Size([1, 1, 9, 9]), torch.bool)
         >>> e[0, 0].any(dim=0).nonzero().flatten().tolist()  # the columns with edges
-        [3, 4]
+        [4]
     """
     check_input(input)  # the type/dtype errors every op raises
     x = input
