@@ -9,6 +9,7 @@ Sections (``--only``):
   v        3-D volumes: Sobel gradient magnitude (2, 1, 128^3) and gaussian_filter sigma=2 (1, 1, 192^3)
   d        time per element from 1e4 to 4e8 elements, and call latency at (1, 1, 28, 28)
   lap      laplace and uniform_filter(size=5) on (64, 64, 64, 64); gaussian_laplace(sigma=2) on 4096x4096
+  canny    canny on (16, 1, 512, 512) float32 (camera + noise) against scikit-image and OpenCV
   startup  the first call of a fresh process, with an empty and with a warm numba cache
 
 Every row is a median from ``torch.utils.benchmark`` in this one process, and
@@ -427,6 +428,57 @@ def section_v():
     fresh()
 
 
+# --------------------------------------------------------------------------- (canny)
+
+
+def section_canny():
+    print("\n(canny) canny(sigma=1), (16, 1, 512, 512) float32: skimage.data.camera() plus noise per sample")
+    S = "canny"
+    try:
+        from skimage import data as skdata
+        from skimage.feature import canny as sk_canny
+    except ImportError:  # pragma: no cover
+        skdata = sk_canny = None
+    g = torch.Generator().manual_seed(0)
+    if skdata is not None:
+        base = torch.from_numpy(skdata.camera().astype(np.float32) / 255)
+    else:  # pragma: no cover
+        base = torch.rand(512, 512, generator=g)
+    x = (base + 0.05 * torch.randn(16, 1, 512, 512, generator=g)).clamp(0, 1).contiguous()
+    y = torch.empty_like(x)
+    t = row(S, "torchfilters.canny(x)", median(lambda: tf.canny(x)))
+    tq = row(S, "torchfilters.canny(x, use_quantiles=True, 0.8, 0.9)",
+             median(lambda: tf.canny(x, low_threshold=0.8, high_threshold=0.9, use_quantiles=True)))
+    row(S, "  of which: the Gaussian (float64 passes, SciPy's rounding)",
+        median(lambda: tf.gaussian_filter1d(tf.gaussian_filter1d(x.double(), 1.0, -2, mode="constant").float()
+                                            .double(), 1.0, -1, mode="constant").float()))
+    t_floor = row(S, "floor: torch.neg(x, out=y)", median(lambda: torch.neg(x, out=y)))
+    ratio_line(f"canny: {t / t_floor:.1f}x the floor")
+    if sk_canny is not None:
+        xn = x.numpy()
+
+        def sk_loop():
+            return [sk_canny(xn[b, 0], sigma=1.0) for b in range(xn.shape[0])]
+
+        ts = row(S, "scikit-image feature.canny, per sample", median(sk_loop, slow=True))
+        ratio_line(f"{ts / t:.1f}x faster than scikit-image (target >= 10x)")
+    if cv2 is not None:
+        xu = (x.numpy()[:, 0] * 255).round().astype(np.uint8)
+
+        def cv_loop():
+            return [cv2.Canny(xu[b], 50, 100, L2gradient=True) for b in range(xu.shape[0])]
+
+        def cv_blur_loop():
+            return [cv2.Canny(cv2.GaussianBlur(xu[b], (9, 9), 1.0), 50, 100, L2gradient=True)
+                    for b in range(xu.shape[0])]
+
+        tc = row(S, "OpenCV Canny(uint8, L2gradient=True), per sample", median(cv_loop))
+        tb = row(S, "OpenCV GaussianBlur(9x9, 1.0) + Canny, per sample", median(cv_blur_loop))
+        ratio_line(f"{t / tc:.1f}x OpenCV Canny's time (target <= 2x); {t / tb:.1f}x GaussianBlur + Canny")
+    del x, y
+    fresh()
+
+
 # --------------------------------------------------------------------------- (d)
 
 
@@ -640,7 +692,7 @@ def main(argv=None):
     global QUICK
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller repeat counts")
-    p.add_argument("--only", default="a,b,a2,c,v,lap,d,startup", help="comma-separated sections (default: all)")
+    p.add_argument("--only", default="a,b,a2,c,v,lap,canny,d,startup", help="comma-separated sections (default: all)")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
     args = p.parse_args(argv)
     QUICK = args.quick
@@ -652,7 +704,7 @@ def main(argv=None):
     tf.gradient_magnitude(torch.randn(2, 3, 28, 28))
     print(f"first torchfilters call: {time.perf_counter() - t0:.2f} s")
     sections = {"a": section_a, "b": section_b, "a2": section_a2, "c": section_c, "v": section_v,
-                "lap": section_lap, "d": section_d, "startup": section_startup}
+                "lap": section_lap, "canny": section_canny, "d": section_d, "startup": section_startup}
     for name in args.only.split(","):
         sections[name.strip()]()
     end = _load_change(start)

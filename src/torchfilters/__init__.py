@@ -15,6 +15,7 @@ import importlib.metadata as _metadata
 from . import backends, kernels, nn
 from .backends import BackendUnavailableError, empty_cache
 from .functional import (
+    canny,
     convolve,
     convolve1d,
     correlate,
@@ -53,6 +54,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree
 __all__ = [
     "BackendUnavailableError",
     "backends",
+    "canny",
     "convolve",
     "convolve1d",
     "correlate",

@@ -43,6 +43,7 @@ __all__ = [
     "PercentileFilter",
     "UnsharpMask",
     "DifferenceOfGaussians",
+    "Canny",
 ]
 
 _SENTINEL = object()
@@ -205,3 +206,32 @@ DifferenceOfGaussians = _module(
     "DifferenceOfGaussians", F.difference_of_gaussians,
     (("low_sigma", _R), ("high_sigma", None), ("mode", "nearest"), ("cval", 0.0), ("truncate", 4.0),
      ("axes", None)), ("low_sigma", "mode", "cval", "truncate", "axes"), "1.0")
+
+# issue 12: Canny edges (not differentiable: a bool map)
+Canny = _module(
+    "Canny", F.canny,
+    (("sigma", 1.0), ("low_threshold", None), ("high_threshold", None), ("use_quantiles", False),
+     ("mode", "constant"), ("cval", 0.0)),
+    ("sigma", "mode", "cval"), "sigma=2.0", mask=True)
+Canny.__doc__ = fill("""Module form of :func:`torchfilters.canny`: ``(..., H, W)`` -> bool ``(..., H, W)``.
+
+``forward(input, mask=None)`` returns ``torchfilters.canny(input, ..., mask=mask)`` with this
+module's arguments (the default engine).  No parameters and no gradient: edges are a bool map.
+
+Args:
+    sigma: the Gaussian's standard deviation in pixels (a number or ``(sigma_y, sigma_x)``).
+        Default 1.0.
+    low_threshold: the hysteresis' low bound, in the converted image's units (or a quantile);
+        None: 0.1.
+    high_threshold: the high bound; None: 0.2.
+    use_quantiles: thresholds as per-slice quantiles of the gradient magnitude.  Default False.
+    %(mode)s
+        Default ``'constant'``.
+    %(cval)s
+
+Example:
+    >>> import torch, torchfilters as tf
+    >>> m = tf.nn.Canny(sigma=2.0)
+    >>> m(torch.rand(2, 1, 8, 8)).dtype
+    torch.bool
+""")

@@ -32,6 +32,7 @@ from __future__ import annotations
 from .. import _docs
 from ._core import _blur_text, _filter_text  # noqa: F401  (spec strings, for tests and tools)
 from .blur import selective_blur
+from .canny import canny
 from .correlate import (
     convolve,
     convolve1d,
@@ -98,4 +99,5 @@ __all__ = [
     "uniform_filter",
     "uniform_filter1d",
     "unsharp_mask",
+    "canny",
 ]

@@ -1,0 +1,47 @@
+"""``torchfilters::canny_edges``: the ``torch.library`` custom op behind :func:`torchfilters.canny`.
+
+``canny_edges(smoothed, eroded_mask?, low, high, use_quantiles, backend) -> edges`` takes the
+smoothed images ``(N, H, W)`` (contiguous, float32 or float64) and the eroded mask (bool,
+``(N, H, W)``, or None for "all but a one-pixel border") and returns the bool edge map
+``(N, H, W)``: Sobel, magnitude, thresholds, non-maximum suppression and hysteresis, on the
+engine :func:`engine` picks.  The op has a fake implementation, so ``torch.compile`` traces
+it; it has no gradient (edges are a boolean map).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .backends import resolve
+
+_LIB = "torchfilters"
+
+# engine name -> the module with its ``canny_edges``
+_MODULES = {"reference": ".reference_canny", "cpu": ".cpu.canny", "triton": ".triton_canny"}
+
+
+def engine(backend: str, device: torch.device, dtype: torch.dtype):
+    """The module whose ``canny_edges`` runs a ``device``/``dtype`` tensor for ``backend``: the
+    engine :func:`torchfilters.backends.resolve` picks (``cpu``, ``triton``, ``reference``)."""
+    mod = resolve(backend, device, dtype)
+    fn = getattr(mod, "canny_edges", None)
+    if fn is not None:
+        return mod
+    name = getattr(mod, "NAME", "reference")
+    return importlib.import_module(_MODULES.get(name, ".reference_canny"), "torchfilters.backends")
+
+
+@torch.library.custom_op(f"{_LIB}::canny_edges", mutates_args=())
+def canny_edges_op(smoothed: Tensor, eroded_mask: Optional[Tensor], low: float, high: float,  # noqa: UP045
+                   use_quantiles: bool, backend: str) -> Tensor:
+    eng = engine(backend, smoothed.device, smoothed.dtype)
+    return eng.canny_edges(smoothed, eroded_mask, low, high, use_quantiles)
+
+
+@canny_edges_op.register_fake
+def _(smoothed, eroded_mask, low, high, use_quantiles, backend):
+    return smoothed.new_empty(smoothed.shape, dtype=torch.bool)

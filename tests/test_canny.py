@@ -1,0 +1,301 @@
+"""torchfilters.canny against skimage.feature.canny (0.26), per (H, W) slice.
+
+The oracle is scikit-image itself.  Every engine gives identical edge maps: float64 (and integer)
+images follow SciPy's and skimage's arithmetic to the bit, and float32 images too (the Gaussian
+of a float32 image is computed as SciPy does, each 1-D pass in float64 rounded to float32; the
+Sobel and the NMS with SciPy's and C's promotions), so no test needs a tolerance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import torchfilters as tf
+from torchfilters.backends import reference_canny
+
+skimage = pytest.importorskip("skimage")
+from skimage import data as skdata
+from skimage.feature import canny as sk_canny
+
+ENGINES = ("reference", "cpu")
+SETTINGS = {
+    "default": {},
+    "sigma2": {"sigma": 2.0},
+    "thresholds": {"sigma": 1.5, "low_threshold": 0.05, "high_threshold": 0.3},
+    "quantiles": {"sigma": 1.0, "low_threshold": 0.1, "high_threshold": 0.7, "use_quantiles": True},
+    "reflect": {"sigma": 3.0, "mode": "reflect"},
+}
+
+
+@pytest.fixture(scope="module")
+def images():
+    return {name: getattr(skdata, name)() for name in ("camera", "coins", "checkerboard", "text")}
+
+
+def _check(ours, ref):
+    ours = ours.numpy() if isinstance(ours, torch.Tensor) else ours
+    assert ours.shape == ref.shape and ours.dtype == np.bool_
+    diff = int((ours != ref).sum())
+    assert diff == 0, f"{diff} pixels differ of {ref.size} ({ref.sum()} edges)"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("setting", list(SETTINGS))
+@pytest.mark.parametrize("name", ["camera", "coins", "checkerboard", "text"])
+def test_sample_images_float64(images, name, setting, engine):
+    if engine == "reference" and setting not in ("default", "quantiles"):
+        pytest.skip("the reference's iterated dilation is slow on 512x512: two settings suffice")
+    im = images[name].astype(np.float64) / 255.0
+    kw = SETTINGS[setting]
+    _check(tf.canny(torch.from_numpy(im), backend=engine, **kw), sk_canny(im, **kw))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", ["camera", "coins"])
+def test_sample_images_uint8_float32(images, name, engine):
+    im = images[name]
+    kw = {"sigma": 1.2, "low_threshold": 20, "high_threshold": 50}  # uint8 units
+    _check(tf.canny(torch.from_numpy(im), backend=engine, **kw), sk_canny(im, **kw))
+    f = im.astype(np.float32) / 255
+    _check(tf.canny(torch.from_numpy(f), backend=engine, sigma=2.0), sk_canny(f, sigma=2.0))
+    _check(tf.canny(torch.from_numpy(f), backend=engine, **SETTINGS["quantiles"]), sk_canny(f, **SETTINGS["quantiles"]))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_mask(images, engine):
+    im = images["coins"].astype(np.float64) / 255
+    yy, xx = np.mgrid[: im.shape[0], : im.shape[1]]
+    mask = (yy - 150) ** 2 + (xx - 190) ** 2 < 120**2
+    for kw in ({}, {"mode": "nearest", "sigma": 2.0}, {"use_quantiles": True, "low_threshold": 0.5,
+                                                          "high_threshold": 0.9}):
+        ref = sk_canny(im, mask=mask, **kw)
+        _check(tf.canny(torch.from_numpy(im), mask=torch.from_numpy(mask), backend=engine, **kw), ref)
+
+
+def _synthetic():
+    n = 64
+    yy, xx = np.mgrid[:n, :n].astype(np.float64)
+    step = (xx >= 30).astype(np.float64)
+    ramp = np.clip((xx - 20) / 20, 0, 1)
+    circle = ((yy - 31.5) ** 2 + (xx - 30.2) ** 2 < 18**2).astype(np.float64)
+    square = np.zeros((n, n))
+    square[16:-16, 16:-16] = 1
+    square += 0.2 * np.random.default_rng(0).random(square.shape)
+    return {"step": step, "ramp": ramp, "circle": circle, "noisy_square": square}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("name", ["step", "ramp", "circle", "noisy_square"])
+def test_synthetic(name, engine):
+    im = _synthetic()[name]
+    for kw in ({}, {"sigma": 3.0}, {"sigma": 0.7, "low_threshold": 0.02, "high_threshold": 0.05},
+               {"mode": "wrap", "sigma": 1.5}, {"mode": "constant", "cval": 0.5}):
+        ref = sk_canny(im, **kw)
+        if name in ("step", "circle", "noisy_square") and kw == {}:
+            assert ref.sum() > 0  # a test that sees edges
+        _check(tf.canny(torch.from_numpy(im), backend=engine, **kw), ref)
+        f = im.astype(np.float32)
+        _check(tf.canny(torch.from_numpy(f), backend=engine, **kw), sk_canny(f, **kw))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batched_per_slice(engine):
+    g = np.random.default_rng(1)
+    x = g.random((2, 3, 40, 37))
+    x[..., 10:30, 8:25] += 1.0
+    for kw in ({"sigma": 1.0}, {"use_quantiles": True, "low_threshold": 0.6, "high_threshold": 0.8}):
+        ours = tf.canny(torch.from_numpy(x), backend=engine, **kw).numpy()
+        assert ours.shape == x.shape
+        for b in range(2):
+            for c in range(3):
+                _check(ours[b, c], sk_canny(x[b, c], **kw))
+    # a mask broadcast over the batch
+    m = np.zeros((40, 37), bool)
+    m[5:35, 3:30] = True
+    ours = tf.canny(torch.from_numpy(x), mask=torch.from_numpy(m), backend=engine).numpy()
+    for b in range(2):
+        for c in range(3):
+            _check(ours[b, c], sk_canny(x[b, c], mask=m))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_dtypes(dtype, engine):
+    x = torch.from_numpy(_synthetic()["noisy_square"]).to(dtype)
+    ours = tf.canny(x, backend=engine)
+    assert ours.dtype == torch.bool and ours.shape == x.shape
+    # skimage computes float16 in float32; bfloat16 values are float32 values
+    _check(ours, sk_canny(x.float().numpy()))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.uint16, torch.int32])
+def test_integer_dtypes(dtype):
+    g = torch.Generator().manual_seed(3)
+    hi = min(torch.iinfo(dtype).max, 30000)
+    x = torch.randint(0, hi, (33, 29), generator=g).to(dtype)
+    x[8:20, 5:20] = hi // 2
+    npx = x.numpy()
+    _check(tf.canny(x), sk_canny(npx))
+    kw = {"low_threshold": hi * 0.05, "high_threshold": hi * 0.1, "sigma": 2.0}
+    _check(tf.canny(x, **kw), sk_canny(npx, **kw))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_empty_and_tiny(engine):
+    for shape in ((0, 5, 5), (3, 0, 4), (2, 4, 0)):
+        e = tf.canny(torch.zeros(shape), backend=engine)
+        assert e.shape == shape and e.dtype == torch.bool
+    for shape in ((1, 1), (2, 5), (3, 3), (5, 2), (4, 4)):
+        x = np.random.default_rng(4).random(shape)
+        _check(tf.canny(torch.from_numpy(x), backend=engine, sigma=0.5, low_threshold=0.0, high_threshold=0.01),
+               sk_canny(x, sigma=0.5, low_threshold=0.0, high_threshold=0.01))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_layouts(engine):
+    x = torch.from_numpy(np.random.default_rng(5).random((2, 3, 24, 31)))
+    want = tf.canny(x, backend=engine, sigma=0.8)
+    cl = x.contiguous(memory_format=torch.channels_last)
+    assert torch.equal(tf.canny(cl, backend=engine, sigma=0.8), want)
+    big = torch.from_numpy(np.random.default_rng(5).random((2, 3, 48, 62)))
+    big[:, :, ::2, ::2] = x
+    assert torch.equal(tf.canny(big[:, :, ::2, ::2], backend=engine, sigma=0.8), want)
+    t = x.transpose(-1, -2)
+    assert torch.equal(tf.canny(t, backend=engine, sigma=0.8),
+                       tf.canny(t.contiguous(), backend=engine, sigma=0.8))
+
+
+def test_engines_agree():
+    g = np.random.default_rng(6)
+    x = torch.from_numpy(g.random((3, 2, 50, 45)))
+    for dt in (torch.float64, torch.float32):
+        for kw in ({"sigma": 0.6}, {"sigma": 1.3, "low_threshold": 0.0, "high_threshold": 0.05},
+                   {"use_quantiles": True, "low_threshold": 0.3, "high_threshold": 0.95},
+                   {"low_threshold": -1.0, "high_threshold": 0.1}):
+            ref = tf.canny(x.to(dt), backend="reference", **kw)
+            assert torch.equal(tf.canny(x.to(dt), backend="cpu", **kw), ref)
+
+
+def test_one_big_slice_bands():
+    """A slice split into row bands across threads gives the same map as one band."""
+    x = torch.from_numpy(np.random.default_rng(7).random((1, 300, 97))).float()
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        banded = tf.canny(x, backend="cpu", sigma=1.0)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(banded, tf.canny(x, backend="reference", sigma=1.0))
+
+
+def test_errors():
+    x = torch.rand(8, 8)
+    with pytest.raises(TypeError):
+        tf.canny(x > 0.5)
+    with pytest.raises(TypeError):
+        tf.canny(x.to(torch.complex64))
+    with pytest.raises(TypeError):
+        tf.canny(x.numpy())
+    with pytest.raises(ValueError, match="64-bit integer"):
+        tf.canny(torch.zeros(8, 8, dtype=torch.int64))
+    with pytest.raises(ValueError, match="at least 2"):
+        tf.canny(torch.rand(8))
+    with pytest.raises(ValueError, match="Quantile thresholds"):
+        tf.canny(x, low_threshold=1.5, high_threshold=2.0, use_quantiles=True)
+    with pytest.raises(ValueError, match="Quantile thresholds"):
+        tf.canny(x, low_threshold=0.1, high_threshold=-0.5, use_quantiles=True)
+    with pytest.raises(ValueError, match="lower then high"):
+        tf.canny(x, low_threshold=0.3, high_threshold=0.2)
+    with pytest.raises(TypeError):
+        tf.canny(x, use_quantiles=1)
+    with pytest.raises(TypeError):
+        tf.canny(x, low_threshold="0.1")
+    with pytest.raises(ValueError):
+        tf.canny(x, sigma=-1.0)
+    with pytest.raises(ValueError):
+        tf.canny(x, mode="replicate")
+    with pytest.raises(ValueError):
+        tf.canny(x, backend="gpu")
+    with pytest.raises(ValueError, match="broadcast"):
+        tf.canny(x, mask=torch.ones(3, 3, dtype=torch.bool))
+    with pytest.raises(TypeError):
+        tf.canny(x, mask=np.ones((8, 8), bool))
+
+
+def test_low_threshold_is_a_c_float():
+    """skimage passes the low threshold as a C float: a magnitude between the double and its
+    float32 rounding is kept or dropped as in skimage."""
+    assert reference_canny.low_value(0.1) == float(np.float32(0.1))
+    assert reference_canny.low_value(1e-60) == float(np.float32(1e-14))
+
+
+def test_magnitude_sqrt_correctly_rounded():
+    """torch's CPU sqrt is a vectorised approximation; the magnitude must be NumPy's (IEEE)."""
+    g = torch.Generator().manual_seed(9)
+    for dt in (torch.float32, torch.float64):
+        i, j = torch.randn(2, 3, 64, 64, generator=g, dtype=torch.float64).to(dt).unbind(0)
+        m = reference_canny.magnitude(i, j).numpy()
+        assert np.array_equal(m, np.sqrt(i.numpy() * i.numpy() + j.numpy() * j.numpy()))
+
+
+def test_nn_module_and_compile():
+    x = torch.from_numpy(_synthetic()["circle"]).float()[None, None]
+    m = tf.nn.Canny(sigma=1.5)
+    assert torch.equal(m(x), tf.canny(x, sigma=1.5))
+    assert "sigma=1.5" in repr(m)
+    f = torch.compile(lambda t: tf.canny(t, sigma=1.5), fullgraph=True, backend="eager")
+    assert torch.equal(f(x), tf.canny(x, sigma=1.5))
+
+
+# ---------------------------------------------------------------- Triton, interpreted
+
+
+@contextlib.contextmanager
+def _interpreted_canny():
+    """Triton's interpreter for the Triton engine and its Canny module (``triton_canny``)."""
+    from conftest import interpreted_triton
+
+    name = "torchfilters.backends.triton_canny"
+    old = sys.modules.pop(name, None)
+    try:
+        with interpreted_triton() as T:
+            import torchfilters.backends.triton_canny as TC
+
+            yield T, TC
+    finally:
+        sys.modules.pop(name, None)
+        if old is not None:
+            sys.modules[name] = old
+
+
+@pytest.mark.triton
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # 0/0 in unused lanes
+def test_triton_interpreted():
+    pytest.importorskip("triton")
+    g = np.random.default_rng(8)
+    x = g.random((2, 24, 31))
+    x[:, 6:18, 5:20] += 0.8
+    x = torch.from_numpy(x)
+    m = torch.ones(24, 31, dtype=torch.bool)
+    m[:, :3] = False
+    cases = [(torch.float64, {}), (torch.float32, {"sigma": 0.8, "low_threshold": 0.01, "high_threshold": 0.2}),
+             (torch.float64, {"use_quantiles": True, "low_threshold": 0.5, "high_threshold": 0.9}),
+             (torch.float32, {"mask": m})]
+    want = [tf.canny(x.to(dt), backend="cpu", **kw) for dt, kw in cases]
+    with _interpreted_canny() as (_, TC):
+        TC.LAUNCHES.clear()
+        for (dt, kw), w in zip(cases, want):
+            got = tf.canny(x.to(dt), backend="triton", **kw)
+            assert torch.equal(got, w), (dt, kw)
+        assert TC.LAUNCHES["nms"] >= len(cases) and TC.LAUNCHES["hysteresis"] >= len(cases)
+        # a long edge crosses tiles: propagation over several launches
+        y = torch.zeros(1, 40, 70, dtype=torch.float64)
+        y[..., 20:, :] = 1.0
+        y[..., 20:, 35:] = 0.3  # a weak stretch, linked to the strong one only along the edge
+        kw = {"sigma": 1.0, "low_threshold": 0.05, "high_threshold": 0.5}
+        assert torch.equal(tf.canny(y, backend="triton", **kw), tf.canny(y, backend="cpu", **kw))
