@@ -5,7 +5,7 @@ Placeholder: runs the reference engine until the fused kernels land.
 
 from __future__ import annotations
 
-from .. import reference
+from . import reference
 
 __all__ = ["rank_forward", "rank_backward"]
 
