@@ -233,6 +233,8 @@ _NONFINITE = {"<inf>": float("inf"), "<-inf>": float("-inf"), "<nan>": float("na
 
 #: tap tuples at least this long travel as one ``"<taps:...>"`` string (see :func:`_pack`)
 _PACK_MIN = 64
+#: tuples of 0/1 ints (footprint rows) at least this long travel as one ``"<bits:...>"`` string
+_BITS_MIN = 8
 
 
 def _pack(t) -> str:
@@ -270,6 +272,8 @@ def _plain(obj):
     if isinstance(obj, tuple):
         if len(obj) >= _PACK_MIN and set(map(type, obj)) == {float}:
             return _pack(obj)
+        if len(obj) >= _BITS_MIN and set(map(type, obj)) == {int} and set(obj) <= {0, 1}:
+            return "<bits:" + "".join(map(str, obj)) + ">"  # a footprint's row: one string
         return tuple(_plain(o) for o in obj)
     if isinstance(obj, float) and not math.isfinite(obj):
         return "<nan>" if obj != obj else ("<inf>" if obj > 0 else "<-inf>")
@@ -284,6 +288,8 @@ def _unplain(obj):
             return _NONFINITE[obj]
         if obj.startswith("<taps:"):
             return _unpack(obj)
+        if obj.startswith("<bits:"):
+            return tuple(1 if c == "1" else 0 for c in obj[6:-1])
     return obj
 
 

@@ -237,8 +237,8 @@ def _rank(input, size, footprint, mode, cval, origin, axes, out, backend, rank=N
 
 
 def _run(x, lay, modes, cval, fp, lo, r, count, out, backend):
-    if count == 1 and all(v == 0 for v in lo):
-        return copy_result(x, out, backend)  # a window of one element: the identity
+    if count == 1 and _spec._offsets(fp, lo) == ((0,) * len(lo),):
+        return copy_result(x, out, backend)  # a window of its own sample only: the identity
     text = _rank_text(lay.modes(modes), cval, fp, lo, r, math.copysign(1.0, cval) < 0, lay.ndim)
     if out is not None:
         check_out(out, x.shape, x.dtype, x.device)
