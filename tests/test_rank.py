@@ -350,3 +350,12 @@ def test_compile_fullgraph():
     y = x.detach().clone().requires_grad_(True)
     tf.median_filter(y, 3).sum().backward()
     assert torch.equal(x.grad, y.grad)
+
+
+def test_one_element_windows_shift(engine):
+    """A window of one element off its centre is a shift (found by the sampled parity test)."""
+    x = _distinct((3, 5, 6), 9)
+    for fp, origin in (([[0, 0, 1]], (0, -1)), ([[1], [0]], 0), ([[1]], 0)):
+        for mode in BASE_MODES:
+            want = _slices(lambda s: ndi.median_filter(s, footprint=fp, origin=origin, mode=mode, cval=2.0), x.numpy())
+            _same(tf.median_filter(x, footprint=fp, origin=origin, mode=mode, cval=2.0, backend=engine), want)
