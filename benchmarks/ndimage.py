@@ -1,7 +1,7 @@
 """``torchfilters.ndimage`` against ``scipy.ndimage`` on NumPy arrays, conversions included.
 
 The cases of issue 13: ``gaussian_filter(sigma=2)``, ``sobel``, ``correlate`` (3x3) and
-``uniform_filter(5)`` on a ``(64, 3, 256, 256)`` float32 array with ``axes=(-2, -1)`` (SciPy's
+``uniform_filter(5)`` (and the rank filters ``median_filter(3)``, ``maximum_filter(15)``) on a ``(64, 3, 256, 256)`` float32 array with ``axes=(-2, -1)`` (SciPy's
 ``sobel`` has no ``axes``: both filter the whole array there, every axis) and on one
 4096x4096 image, and a 3-D ``gaussian_filter`` on a 256^3 volume.  Medians of a few runs in
 this one process; nothing is asserted.
@@ -48,6 +48,8 @@ def main(argv=None):
             (f"sobel(axis=-1) {label}", lambda m, a=a: m.sobel(a, -1)),
             (f"correlate(3x3) {label}", lambda m, a=a, ax=ax: m.correlate(a, k3, axes=ax or (-2, -1))),
             (f"uniform_filter(5) {label}", lambda m, a=a, ax=ax: m.uniform_filter(a, 5, axes=ax)),
+            (f"median_filter(3) {label}", lambda m, a=a, ax=ax: m.median_filter(a, 3, axes=ax)),
+            (f"maximum_filter(15) {label}", lambda m, a=a, ax=ax: m.maximum_filter(a, 15, axes=ax)),
         ]
     cases.append((f"gaussian_filter(sigma=2) volume {volume.shape}", lambda m: m.gaussian_filter(volume, 2.0)))
     print(f"cpu count {os.cpu_count()}, load {os.getloadavg()[0]:.1f}")
