@@ -175,8 +175,8 @@ def test_one_d(T):
     with launched(T, "rank_net", "rank_minmax"):
         same(*both(tf.median_filter, x, size=5, axes=-1, mode="mirror"))
         same(*both(tf.rank_filter, x, rank=1, footprint=[1, 0, 1, 1], axes=-1, mode="constant", cval=0.3))
-        same(*both(tf.minimum_filter1d, x, 6, axis=-1, mode="wrap", origin=1))
-        same(*both(tf.maximum_filter1d, x, 9, axis=0, mode="reflect"))
+        same(*both(tf.minimum_filter1d, x, size=6, axis=-1, mode="wrap", origin=1))
+        same(*both(tf.maximum_filter1d, x, size=9, axis=0, mode="reflect"))
 
 
 def test_three_d(T):
