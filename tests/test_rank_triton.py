@@ -19,7 +19,7 @@ import torchfilters as tf
 
 pytest.importorskip("triton")
 
-from conftest import interpreted_triton, rand  # noqa: E402
+from conftest import interpreted_triton, rand
 
 pytestmark = pytest.mark.triton
 
@@ -119,9 +119,25 @@ def test_median9_is_cheap(TR):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_median3x3_every_mode(T, mode):
+    """The 3x3 median's own kernel (four outputs per lane): origins, tiny and 1-wide images."""
     x = special(SHAPE, seed=1, ties=mode == "wrap")
-    with launched(T, "rank_net"):
+    with launched(T, "rank_med3x3"):
         same(*both(tf.median_filter, x, size=3, mode=mode, cval=0.5))
+        same(*both(tf.median_filter, x[..., :6], size=3, mode=mode, cval=0.5, origin=(1, -1)))
+        same(*both(tf.median_filter, special((2, 1, 5), seed=2), size=3, mode=mode, cval=0.5))
+        same(*both(tf.median_filter, special((1, 6, 1), seed=3), size=3, mode=mode, cval=0.5, origin=(-1, 1)))
+
+
+def test_median3x3_tiles(T, TR):
+    x = special((3, 11, 21), seed=4)
+    old = TR.set_tile_limits(max_bw=8, elems=32)  # several tiles along every axis
+    try:
+        with launched(T, "rank_med3x3", "rank_net", "rank_minmax"):
+            same(*both(tf.median_filter, x, size=3))
+            same(*both(tf.median_filter, x, size=(3, 4), mode="wrap"))
+            same(*both(tf.maximum_filter, x, size=(3, 4), mode="constant"))
+    finally:
+        TR.set_tile_limits(**old)
 
 
 FOOT = torch.tensor([[0, 1, 0, 0, 1], [1, 1, 0, 1, 0], [0, 0, 1, 0, 1]], dtype=torch.bool)  # holes
@@ -149,7 +165,7 @@ def test_window_larger_than_image(T, mode):
     with launched(T, "rank_minmax"):
         same(*both(tf.maximum_filter, x, size=(11, 9), mode=mode, cval=0.25, origin=(2, -1)))
     one = special((2, 1, 1), seed=5)
-    with launched(T, "rank_net"):
+    with launched(T, "rank_med3x3"):
         same(*both(tf.median_filter, one, size=3, mode=mode))
 
 
@@ -164,7 +180,7 @@ def test_min_max_separable(T, mode):
 def test_all_nan_windows(T):
     x = torch.full((1, 5, 6), float("nan"))
     x[0, 0, 0] = 1.0
-    with launched(T, "rank_minmax", "rank_net"):
+    with launched(T, "rank_minmax", "rank_med3x3"):
         same(*both(tf.minimum_filter, x, size=3))
         same(*both(tf.maximum_filter, x, size=3))
         same(*both(tf.median_filter, x, size=3))
@@ -184,6 +200,7 @@ def test_three_d(T):
     ax = (-3, -2, -1)
     with launched(T, "rank_net", "rank_minmax"):
         same(*both(tf.median_filter, x, size=3, axes=ax, mode=("constant", "wrap", "reflect"), cval=0.5))
+        same(*both(tf.median_filter, x, size=(1, 3, 3), axes=ax, mode=("constant", "wrap", "reflect")))
         same(*both(tf.maximum_filter, x, size=(3, 1, 5), axes=ax, mode="mirror", origin=(1, 0, 0)))
         same(*both(tf.minimum_filter, x, size=(5, 2, 3), axes=ax, mode=("wrap", "constant", "nearest")))
 
@@ -228,11 +245,11 @@ def grads(fn, x, g, backend, **kw):
 
 
 BWD = {
-    "median3-reflect": (tf.median_filter, dict(size=3, mode="reflect")),
-    "holes-constant": (tf.rank_filter, dict(rank=2, footprint=FOOT, mode="constant", cval=0.5, origin=(0, 1))),
-    "min-wrap": (tf.minimum_filter, dict(size=(3, 4), mode="wrap")),
-    "max-mirror-big": (tf.maximum_filter, dict(size=9, mode="mirror")),  # 81 taps: runtime loop
-    "percentile-axes-nearest": (tf.percentile_filter, dict(percentile=70, size=(2, 5), mode=("nearest", "constant"))),
+    "median3-reflect": (tf.median_filter, {"size": 3, "mode": "reflect"}),
+    "holes-constant": (tf.rank_filter, {"rank": 2, "footprint": FOOT, "mode": "constant", "cval": 0.5, "origin": (0, 1)}),
+    "min-wrap": (tf.minimum_filter, {"size": (3, 4), "mode": "wrap"}),
+    "max-mirror-big": (tf.maximum_filter, {"size": 9, "mode": "mirror"}),  # 81 taps: runtime loop
+    "percentile-axes-nearest": (tf.percentile_filter, {"percentile": 70, "size": (2, 5), "mode": ("nearest", "constant")}),
 }
 
 
@@ -253,8 +270,8 @@ def test_backward_equals_reference(T, name):
 def test_backward_dtypes_1d_3d(T, dtype):
     x = special((2, 3, 4, 5), seed=13, dtype=dtype, ties=True)
     g = torch.randint(-4, 5, x.shape, generator=torch.Generator().manual_seed(4)).to(dtype)
-    for fn, kw in ((tf.median_filter, dict(size=3, axes=(-3, -2, -1), mode="constant", cval=-0.5)),
-                   (tf.median_filter, dict(size=4, axes=-1, mode="wrap"))):
+    for fn, kw in ((tf.median_filter, {"size": 3, "axes": (-3, -2, -1), "mode": "constant", "cval": -0.5}),
+                   (tf.median_filter, {"size": 4, "axes": -1, "mode": "wrap"})):
         with launched(T, "rank_bwd"):
             _, gt = grads(fn, x, g, "triton", **kw)
         _, gr = grads(fn, x, g, "reference", **kw)
@@ -264,6 +281,6 @@ def test_backward_dtypes_1d_3d(T, dtype):
 def test_gradcheck_tie_free(T):
     x = (torch.randperm(2 * 5 * 6, generator=torch.Generator().manual_seed(5)).double() / 7).view(2, 5, 6)
     x.requires_grad_(True)
-    for fn, kw in ((tf.median_filter, dict(size=3, mode="reflect")),
-                   (tf.minimum_filter, dict(size=(2, 3), mode="constant", cval=100.0))):
+    for fn, kw in ((tf.median_filter, {"size": 3, "mode": "reflect"}),
+                   (tf.minimum_filter, {"size": (2, 3), "mode": "constant", "cval": 100.0})):
         assert torch.autograd.gradcheck(lambda t, fn=fn, kw=kw: fn(t, backend="triton", **kw), (x,), eps=1e-3)
