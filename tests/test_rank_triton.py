@@ -133,7 +133,9 @@ def test_median3x3_tiles(T, TR):
     old = TR.set_tile_limits(max_bw=8, elems=32)  # several tiles along every axis
     try:
         with launched(T, "rank_med3x3", "rank_net", "rank_minmax"):
-            same(*both(tf.median_filter, x, size=3))
+            same(*both(tf.median_filter, x, size=3))  # a tile inside the image: the aligned path
+            same(*both(tf.median_filter, x, size=3, origin=(1, -1), mode="constant", cval=9.0))
+            same(*both(tf.median_filter, x.transpose(-1, -2), size=3, mode="wrap"))
             same(*both(tf.median_filter, x, size=(3, 4), mode="wrap"))
             same(*both(tf.maximum_filter, x, size=(3, 4), mode="constant"))
     finally:

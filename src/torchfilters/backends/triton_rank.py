@@ -366,78 +366,140 @@ def _split4(v, BP: tl.constexpr, BH: tl.constexpr, BG: tl.constexpr):
 
 
 @triton.jit
-def _med3x3_col(x_ptr, poff, fr, okr, fc, okc, valid, CVAL: tl.constexpr, CONST: tl.constexpr,
-                ACC: tl.constexpr):
-    off = poff + (fr[None, :, None] + fc[None, None, :])
-    if CONST:
-        ok = valid & okr[None, :, None] & okc[None, None, :]
-        v = tl.load(x_ptr + off, mask=ok, other=0.0).to(ACC)
-        v = tl.where(ok, v, tl.full(v.shape, CVAL, ACC))
-    else:
-        v = tl.load(x_ptr + off).to(ACC)  # folded rows and columns are inside: no mask
-    isn = v != v  # noqa: PLR0124
-    return tl.where(isn, float("inf"), v), isn.to(tl.int32)
+def _colsort(a, b, c):
+    """A column of three inputs: NaN -> +inf, sorted, and its NaN count."""
+    na = a != a  # noqa: PLR0124
+    nb = b != b  # noqa: PLR0124
+    nc = c != c  # noqa: PLR0124
+    cnt = na.to(tl.int32) + nb.to(tl.int32) + nc.to(tl.int32)
+    lo, mid, hi = _sort3(tl.where(na, float("inf"), a), tl.where(nb, float("inf"), b), tl.where(nc, float("inf"), c))
+    return lo, mid, hi, cnt
 
 
 @triton.jit
-def _med3x3(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, os3, n_th, n_tw, LY, LX,
-            MY: tl.constexpr, MX: tl.constexpr, SY: tl.constexpr, SX: tl.constexpr, CVAL: tl.constexpr,
-            ACC: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BG: tl.constexpr):
+def _row6_fold(x_ptr, poff, fr, okr, fa, oka, fb, okb, CVAL: tl.constexpr, CONST: tl.constexpr,
+               ACC: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BG: tl.constexpr):
+    """The 6 input columns of one row of a lane's 4 outputs, from folded indices."""
+    offa = poff + (fr[None, :, None] + fa[None, None, :])
+    offb = poff + (fr[None, :, None] + fb[None, None, :])
+    if CONST:
+        ok = okr[None, :, None] & oka[None, None, :]
+        va = tl.load(x_ptr + offa, mask=ok, other=0.0).to(ACC)
+        va = tl.where(ok, va, tl.full(va.shape, CVAL, ACC))
+        ok = okr[None, :, None] & okb[None, None, :]
+        vb = tl.load(x_ptr + offb, mask=ok, other=0.0).to(ACC)
+        vb = tl.where(ok, vb, tl.full(vb.shape, CVAL, ACC))
+    else:
+        va = tl.load(x_ptr + offa).to(ACC)  # folded rows and columns are inside: no mask
+        vb = tl.load(x_ptr + offb).to(ACC)
+    e0, e1, e2, e3 = _split4(va, BP, BH, BG)
+    e4, e5, _e6, _e7 = _split4(vb, BP, BH, BG)
+    return e0, e1, e2, e3, e4, e5
+
+
+@triton.jit
+def _pick(e: tl.constexpr, p0, p1, p2, p3, q0, q1, q2, q3, r0, r1, r2, r3):
+    if e == -4:
+        v = p0
+    elif e == -3:
+        v = p1
+    elif e == -2:
+        v = p2
+    elif e == -1:
+        v = p3
+    elif e == 0:
+        v = q0
+    elif e == 1:
+        v = q1
+    elif e == 2:
+        v = q2
+    elif e == 3:
+        v = q3
+    elif e == 4:
+        v = r0
+    elif e == 5:
+        v = r1
+    elif e == 6:
+        v = r2
+    else:
+        v = r3
+    return v
+
+
+@triton.jit
+def _row6_fast(x_ptr, poff, rowoff, c0, LX: tl.constexpr, ACC: tl.constexpr, BP: tl.constexpr,
+               BH: tl.constexpr, BG: tl.constexpr):
+    """The same inside the image: three aligned 4-column vectors (128-bit loads), split."""
+    base = x_ptr + poff + rowoff[None, :, None] + c0
+    ar = tl.arange(0, 4 * BG)[None, None, :]
+    p0, p1, p2, p3 = _split4(tl.load(base - 4 + ar).to(ACC), BP, BH, BG)
+    q0, q1, q2, q3 = _split4(tl.load(base + ar).to(ACC), BP, BH, BG)
+    r0, r1, r2, r3 = _split4(tl.load(base + 4 + ar).to(ACC), BP, BH, BG)
+    return (_pick(LX, p0, p1, p2, p3, q0, q1, q2, q3, r0, r1, r2, r3),
+            _pick(LX + 1, p0, p1, p2, p3, q0, q1, q2, q3, r0, r1, r2, r3),
+            _pick(LX + 2, p0, p1, p2, p3, q0, q1, q2, q3, r0, r1, r2, r3),
+            _pick(LX + 3, p0, p1, p2, p3, q0, q1, q2, q3, r0, r1, r2, r3),
+            _pick(LX + 4, p0, p1, p2, p3, q0, q1, q2, q3, r0, r1, r2, r3),
+            _pick(LX + 5, p0, p1, p2, p3, q0, q1, q2, q3, r0, r1, r2, r3))
+
+
+@triton.jit
+def _med3x3(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, os3, n_th, n_tw,
+            LY: tl.constexpr, LX: tl.constexpr, MY: tl.constexpr, MX: tl.constexpr, SY: tl.constexpr,
+            SX: tl.constexpr, CVAL: tl.constexpr, FAST: tl.constexpr, ACC: tl.constexpr,
+            BP: tl.constexpr, BH: tl.constexpr, BG: tl.constexpr):
     """Median of every 3x3 box (at offsets ``LY, LX``), four outputs per lane along W.
 
-    Each lane loads the 3 x 6 inputs of its 4 outputs (two contiguous 4-column vectors per
-    row, split in registers), sorts the 6 columns once (3 compare-exchanges each, shared by
-    up to 3 outputs) and takes ``med3(max of lows, med3 of mids, min of highs)`` per output
-    (Paeth), with the pairwise max/min shared between neighbours.  NaN: +inf and counted."""
+    Each lane loads the 3 x 6 inputs of its 4 outputs (4-column vectors per row, split in
+    registers; inside the image three aligned vectors per row, no folding), sorts the 6
+    columns once (3 compare-exchanges each, shared by up to 3 outputs) and takes
+    ``med3(max of lows, med3 of mids, min of highs)`` per output (Paeth), with the pairwise
+    max/min shared between neighbours.  NaN: +inf and counted."""
     pid = tl.program_id(0)
     tw = pid % n_tw
     rest = pid // n_tw
     th = rest % n_th
     pg = (rest // n_th).to(tl.int64)
     pl = pg * BP + tl.arange(0, BP)
-    rows = th * BH + tl.arange(0, BH)
+    r0_ = th * BH
+    rows = r0_ + tl.arange(0, BH)
     c0 = tw * (4 * BG)
     ocols = c0 + tl.arange(0, 4 * BG)
     valid = (pl < NP)[:, None, None] & (rows < H)[None, :, None] & (ocols < W)[None, None, :]
     pl = tl.minimum(pl, NP - 1)
     poff = ((pl // D) * xs0 + (pl % D) * xs1)[:, None, None]
-    rc = tl.minimum(rows, H - 1)
-    # input columns 4 g + LX - 1 + e for e in 0..7 (clamped past the last one any output reads)
-    ca = tl.minimum(c0 + LX + tl.arange(0, 4 * BG), W + LX + 1)
-    cb = tl.minimum(c0 + LX + 4 + tl.arange(0, 4 * BG), W + LX + 1)
-    fa = _fold(ca, W, MX, SX) * xs3
-    fb = _fold(cb, W, MX, SX) * xs3
-    oka = (ca >= 0) & (ca < W)
-    okb = (cb >= 0) & (cb < W)
-    CONST: tl.constexpr = MY == 4 or MX == 4
-    ja = rc + LY
-    fr0 = _fold(ja, H, MY, SY) * xs2
-    ok0 = (ja >= 0) & (ja < H)
-    fr1 = _fold(ja + 1, H, MY, SY) * xs2
-    ok1 = (ja + 1 >= 0) & (ja + 1 < H)
-    fr2 = _fold(ja + 2, H, MY, SY) * xs2
-    ok2 = (ja + 2 >= 0) & (ja + 2 < H)
-    # a wider validity for the loads: every lane of a valid output's 6 columns
-    lv = (pl < NP)[:, None, None] & (rows < H)[None, :, None] & (ocols < W + 8)[None, None, :]
-    a0, n0 = _med3x3_col(x_ptr, poff, fr0, ok0, fa, oka, lv, CVAL, CONST, ACC)
-    a1, n1 = _med3x3_col(x_ptr, poff, fr1, ok1, fa, oka, lv, CVAL, CONST, ACC)
-    a2, n2 = _med3x3_col(x_ptr, poff, fr2, ok2, fa, oka, lv, CVAL, CONST, ACC)
-    b0, m0 = _med3x3_col(x_ptr, poff, fr0, ok0, fb, okb, lv, CVAL, CONST, ACC)
-    b1, m1 = _med3x3_col(x_ptr, poff, fr1, ok1, fb, okb, lv, CVAL, CONST, ACC)
-    b2, m2 = _med3x3_col(x_ptr, poff, fr2, ok2, fb, okb, lv, CVAL, CONST, ACC)
-    # column sorts and NaN counts, on the full vectors (4 BG columns each)
-    la, ma, ha = _sort3(a0, a1, a2)
-    lb, mb, hb = _sort3(b0, b1, b2)
-    na = n0 + n1 + n2
-    nb = m0 + m1 + m2
-    l0, l1, l2, l3 = _split4(la, BP, BH, BG)
-    l4, l5, _l6, _l7 = _split4(lb, BP, BH, BG)
-    m_0, m_1, m_2, m_3 = _split4(ma, BP, BH, BG)
-    m_4, m_5, _m6, _m7 = _split4(mb, BP, BH, BG)
-    h0, h1, h2, h3 = _split4(ha, BP, BH, BG)
-    h4, h5, _h6, _h7 = _split4(hb, BP, BH, BG)
-    c_0, c_1, c_2, c_3 = _split4(na, BP, BH, BG)
-    c_4, c_5, _c6, _c7 = _split4(nb, BP, BH, BG)
+    inner = (c0 >= 4) & (c0 + 4 * BG + 4 <= W) & (r0_ + LY >= 0) & (r0_ + BH + LY + 1 <= H - 1)
+    if FAST and inner:
+        ja = rows + LY
+        a0, a1, a2, a3, a4, a5 = _row6_fast(x_ptr, poff, ja * xs2, c0, LX, ACC, BP, BH, BG)
+        b0, b1, b2, b3, b4, b5 = _row6_fast(x_ptr, poff, (ja + 1) * xs2, c0, LX, ACC, BP, BH, BG)
+        d0, d1, d2, d3, d4, d5 = _row6_fast(x_ptr, poff, (ja + 2) * xs2, c0, LX, ACC, BP, BH, BG)
+    else:
+        rc = tl.minimum(rows, H - 1)
+        # input columns c0 + LX + i (clamped past the last one any output reads)
+        ca = tl.minimum(c0 + LX + tl.arange(0, 4 * BG), W + LX + 1)
+        cb = tl.minimum(c0 + LX + 4 + tl.arange(0, 4 * BG), W + LX + 1)
+        fa = _fold(ca, W, MX, SX) * xs3
+        fb = _fold(cb, W, MX, SX) * xs3
+        oka = (ca >= 0) & (ca < W)
+        okb = (cb >= 0) & (cb < W)
+        CONST: tl.constexpr = MY == 4 or MX == 4
+        ja = rc + LY
+        fr = _fold(ja, H, MY, SY) * xs2
+        ok = (ja >= 0) & (ja < H)
+        a0, a1, a2, a3, a4, a5 = _row6_fold(x_ptr, poff, fr, ok, fa, oka, fb, okb, CVAL, CONST, ACC, BP, BH, BG)
+        fr = _fold(ja + 1, H, MY, SY) * xs2
+        ok = (ja + 1 >= 0) & (ja + 1 < H)
+        b0, b1, b2, b3, b4, b5 = _row6_fold(x_ptr, poff, fr, ok, fa, oka, fb, okb, CVAL, CONST, ACC, BP, BH, BG)
+        fr = _fold(ja + 2, H, MY, SY) * xs2
+        ok = (ja + 2 >= 0) & (ja + 2 < H)
+        d0, d1, d2, d3, d4, d5 = _row6_fold(x_ptr, poff, fr, ok, fa, oka, fb, okb, CVAL, CONST, ACC, BP, BH, BG)
+    l0, m_0, h0, c_0 = _colsort(a0, b0, d0)
+    l1, m_1, h1, c_1 = _colsort(a1, b1, d1)
+    l2, m_2, h2, c_2 = _colsort(a2, b2, d2)
+    l3, m_3, h3, c_3 = _colsort(a3, b3, d3)
+    l4, m_4, h4, c_4 = _colsort(a4, b4, d4)
+    l5, m_5, h5, c_5 = _colsort(a5, b5, d5)
     pl1 = tl.maximum(l1, l2)
     pl3 = tl.maximum(l3, l4)
     ph1 = tl.minimum(h1, h2)
@@ -633,8 +695,8 @@ def _fwd_med3x3(x4, y4, spec, cval):
     n_th, n_tw = -(-H // BH), -(-W // (4 * BG))
     grid = (-(-NP // BP) * n_th * n_tw,)
     with _device(x4):
-        _med3x3[grid](x4, y4, NP, D, H, W, *x4.stride(), *y4.stride(), n_th, n_tw, ly, lx,
-                      MY=_MODES[modes[1]], MX=_MODES[modes[2]], SY=_single(H, ly, ly + 2, modes[1]),
+        _med3x3[grid](x4, y4, NP, D, H, W, *x4.stride(), *y4.stride(), n_th, n_tw, LY=ly, LX=lx,
+                      FAST=-4 <= lx <= 2 and x4.stride(-1) == 1, MY=_MODES[modes[1]], MX=_MODES[modes[2]], SY=_single(H, ly, ly + 2, modes[1]),
                       SX=_single(W, lx, lx + 2, modes[2]), CVAL=cval, ACC=_ACC[_acc(x4.dtype)],
                       BP=BP, BH=BH, BG=BG, num_warps=warps)
     LAUNCHES["rank_med3x3"] += 1
