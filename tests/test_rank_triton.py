@@ -73,8 +73,9 @@ class launched:
 
     def __exit__(self, *exc):
         if exc[0] is None:
-            for k in self.kernels:
-                assert self.T.LAUNCHES[k] > self.before.get(k, 0), f"{k} did not run"
+            for k in self.kernels:  # "a|b": either
+                ran = [self.T.LAUNCHES[n] > self.before.get(n, 0) for n in k.split("|")]
+                assert any(ran), f"{k} did not run"
             assert sum(self.T.FALLBACKS.values()) - self.fell == self.fallback, dict(self.T.FALLBACKS)
 
 
@@ -132,7 +133,7 @@ def test_median3x3_tiles(T, TR):
     x = special((3, 11, 21), seed=4)
     old = TR.set_tile_limits(max_bw=8, elems=32)  # several tiles along every axis
     try:
-        with launched(T, "rank_med3x3", "rank_net", "rank_minmax"):
+        with launched(T, "rank_med3x3", "rank_net", "rank_minmax|rank_gw"):
             same(*both(tf.median_filter, x, size=3))  # a tile inside the image: the aligned path
             same(*both(tf.median_filter, x, size=3, origin=(1, -1), mode="constant", cval=9.0))
             same(*both(tf.median_filter, x.transpose(-1, -2), size=3, mode="wrap"))
@@ -164,7 +165,7 @@ def test_window_larger_than_image(T, mode):
     x = special((1, 2, 3, 4), seed=4)
     with launched(T, "rank_net"):
         same(*both(tf.median_filter, x, size=7, mode=mode, cval=0.25))
-    with launched(T, "rank_minmax"):
+    with launched(T, "rank_gw"):
         same(*both(tf.maximum_filter, x, size=(11, 9), mode=mode, cval=0.25, origin=(2, -1)))
     one = special((2, 1, 1), seed=5)
     with launched(T, "rank_med3x3"):
@@ -174,7 +175,7 @@ def test_window_larger_than_image(T, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_min_max_separable(T, mode):
     x = special(SHAPE, seed=6, ties=True)
-    with launched(T, "rank_minmax"):
+    with launched(T, "rank_minmax", "rank_gw"):  # k = 4: a direct loop; 15 and 5: van Herk
         same(*both(tf.minimum_filter, x, size=(4, 15), mode=mode, cval=-0.5, origin=(1, 3)))
         same(*both(tf.maximum_filter, x, size=(5, 1), mode=mode, cval=float("nan"), origin=(0, 0)))
 
@@ -182,7 +183,7 @@ def test_min_max_separable(T, mode):
 def test_all_nan_windows(T):
     x = torch.full((1, 5, 6), float("nan"))
     x[0, 0, 0] = 1.0
-    with launched(T, "rank_minmax", "rank_med3x3"):
+    with launched(T, "rank_minmax|rank_gw", "rank_med3x3"):
         same(*both(tf.minimum_filter, x, size=3))
         same(*both(tf.maximum_filter, x, size=3))
         same(*both(tf.median_filter, x, size=3))
@@ -190,7 +191,7 @@ def test_all_nan_windows(T):
 
 def test_one_d(T):
     x = special((3, 17), seed=7, ties=True)
-    with launched(T, "rank_net", "rank_minmax"):
+    with launched(T, "rank_net", "rank_minmax|rank_gw"):
         same(*both(tf.median_filter, x, size=5, axes=-1, mode="mirror"))
         same(*both(tf.rank_filter, x, rank=1, footprint=[1, 0, 1, 1], axes=-1, mode="constant", cval=0.3))
         same(*both(tf.minimum_filter1d, x, size=6, axis=-1, mode="wrap", origin=1))
@@ -200,7 +201,7 @@ def test_one_d(T):
 def test_three_d(T):
     x = special((2, 4, 5, 6), seed=8, ties=True)
     ax = (-3, -2, -1)
-    with launched(T, "rank_net", "rank_minmax"):
+    with launched(T, "rank_net", "rank_minmax|rank_gw"):
         same(*both(tf.median_filter, x, size=3, axes=ax, mode=("constant", "wrap", "reflect"), cval=0.5))
         same(*both(tf.median_filter, x, size=(1, 3, 3), axes=ax, mode=("constant", "wrap", "reflect")))
         same(*both(tf.maximum_filter, x, size=(3, 1, 5), axes=ax, mode="mirror", origin=(1, 0, 0)))
@@ -217,7 +218,7 @@ def test_large_windows_fall_back_counted(T):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_dtypes(T, dtype):
     x = special(SHAPE, seed=10, dtype=dtype, ties=True)
-    with launched(T, "rank_net", "rank_minmax"):
+    with launched(T, "rank_net", "rank_minmax|rank_gw"):
         same(*both(tf.median_filter, x, size=3, mode="constant", cval=0.1))  # cval rounded to the dtype
         same(*both(tf.rank_filter, x, rank=-2, footprint=FOOT, mode="nearest"))
         same(*both(tf.minimum_filter, x, size=(3, 4), mode="constant", cval=1 / 3))
@@ -227,7 +228,7 @@ def test_layouts_and_out(T):
     x = special((3, 2, 13, 9), seed=11).transpose(-1, -2)  # non-contiguous input
     ref = tf.median_filter(x, size=(3, 5), backend="reference")
     out = torch.empty(x.shape[::-1]).permute(3, 2, 1, 0)  # non-contiguous out
-    with launched(T, "rank_net", "rank_minmax"):
+    with launched(T, "rank_net", "rank_minmax|rank_gw"):
         r = tf.median_filter(x, size=(3, 5), out=out, backend="triton")
         assert r is out
         same(out, ref)
@@ -281,7 +282,7 @@ def test_backward_dtypes_1d_3d(T, dtype):
 
 
 def test_gradcheck_tie_free(T):
-    x = (torch.randperm(2 * 5 * 6, generator=torch.Generator().manual_seed(5)).double() / 7).view(2, 5, 6)
+    x = (torch.randperm(4 * 6, generator=torch.Generator().manual_seed(5)).double() / 7).view(1, 4, 6)
     x.requires_grad_(True)
     for fn, kw in ((tf.median_filter, {"size": 3, "mode": "reflect"}),
                    (tf.minimum_filter, {"size": (2, 3), "mode": "constant", "cval": 100.0})):

@@ -24,11 +24,14 @@ Kernels
   max/min shared between neighbours: 20 ``FMNMX`` per output in the sm_90 SASS (the
   generated median-of-9 network needs 30), 4.5 loads per output, 128-bit stores.
 * **Minimum / maximum of full boxes of any size**: separable 1-D passes, one kernel per axis
-  that reads anything (``x -> tmp -> out``); the intermediate holds exact elements in the
-  input's dtype.  Per output each pass runs a loop over that axis's window (``k`` loads
-  that hit L1, ``min``/``max`` never see a NaN: it is tracked by a flag), so the work is
-  ``sum(k_axis)`` per output instead of ``prod(k_axis)``.  (Not yet van Herk/Gil-Werman:
-  constant work per output would need the segmented scans plus a lane shift, ``tl.gather``.)
+  that reads anything (``x -> tmp -> out``; the intermediate holds exact elements in the
+  input's dtype).  Along H and W, windows of ``_GW_MIN`` or more run **van Herk /
+  Gil-Werman** (``_gw_pass``): a program loads its outputs' span plus ``k - 1`` positions
+  (folded), cuts it into segments of ``k``, and takes ``op(suffix[o], prefix[o + k - 1])``
+  from two segmented ``tl.associative_scan`` s and two ``tl.gather`` s -- work per output
+  independent of ``k``.  Shorter windows, the depth axis and spans past ``_GW_MAX_L`` run
+  a direct loop (``_minmax_pass``).  NaN is ordered last by ``where`` forms, so ``min`` /
+  ``max`` never see one (the interpreter and the GPU differ there).
 * Other windows above ``_NET_MAX`` elements: the reference engine, counted in
   ``triton.FALLBACKS["rank_forward"]``.
 * **Backward** (every spec, no fallback): one kernel per output tile scans the window in
@@ -339,6 +342,98 @@ def _minmax_pass(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, o
     else:
         r = tl.where(flag, r, float("nan"))
     optr = o_ptr + (pn * os0 + pd * os1)[:, None, None] + (rows * os2)[None, :, None] + (cols * os3)[None, None, :]
+    tl.store(optr, r.to(o_ptr.dtype.element_ty), mask=valid)
+
+
+@triton.jit
+def _nmin(a, b):
+    """min with NaN ordered last: NaN only where both are."""
+    return tl.where(a != a, b, tl.where(b != b, a, tl.minimum(a, b)))  # noqa: PLR0124
+
+
+@triton.jit
+def _nmax(a, b):
+    """max with NaN ordered last: NaN where either is (min/max never see a NaN)."""
+    return tl.where(a != a, a, tl.where(b != b, b, tl.maximum(a, b)))  # noqa: PLR0124
+
+
+@triton.jit
+def _seg_min(a, fa, b, fb):
+    return tl.where(fb, b, _nmin(a, b)), fa | fb
+
+
+@triton.jit
+def _seg_max(a, fa, b, fb):
+    return tl.where(fb, b, _nmax(a, b)), fa | fb
+
+
+@triton.jit
+def _gw_pass(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, os3, n_th, n_tw, LO,
+             K: tl.constexpr, CVAL: tl.constexpr, AXIS: tl.constexpr, MODE: tl.constexpr, SINGLE: tl.constexpr,
+             MAX: tl.constexpr, ACC: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr,
+             L: tl.constexpr):
+    """van Herk / Gil-Werman min or max of ``K`` along ``AXIS`` (1: H, 2: W), constant work per output.
+
+    A program loads ``L`` consecutive padded positions along the axis (``BH`` resp. ``BW``
+    outputs plus ``K - 1``), cut into segments of ``K`` lanes: a segmented prefix scan ``P``
+    and suffix scan ``S`` (``tl.associative_scan``); output ``o`` is ``op(S[o], P[o + K - 1])``
+    (``tl.gather``).  NaN ordered last without flags: ``_nmin`` / ``_nmax``."""
+    pid = tl.program_id(0)
+    tw = pid % n_tw
+    rest = pid // n_tw
+    th = rest % n_th
+    pg = (rest // n_th).to(tl.int64)
+    pl = pg * BP + tl.arange(0, BP)
+    pv = pl < NP
+    pl = tl.minimum(pl, NP - 1)
+    poff = (pl // D) * xs0 + (pl % D) * xs1
+    t = tl.arange(0, L)
+    if AXIS == 2:
+        rows = th * BH + tl.arange(0, BH)
+        cols = tw * BW + tl.arange(0, BW)
+        j = tw * BW + LO + t
+        jc = tl.minimum(j, W - 1 + LO + K - 1)  # lanes past every valid output's window
+        f = _fold(jc, W, MODE, SINGLE)
+        ok = pv[:, None, None] & (rows < H)[None, :, None]
+        if MODE == 4:
+            ok = ok & ((j >= 0) & (j < W))[None, None, :]
+        off = poff[:, None, None] + (rows * xs2)[None, :, None] + (f * xs3)[None, None, :]
+        seg = (t % K == 0)[None, None, :]
+        end = (t % K == K - 1)[None, None, :]
+        shape: tl.constexpr = (BP, BH, BW)
+        idx = tl.broadcast_to((tl.arange(0, BW) + K - 1)[None, None, :], shape)
+        idx0 = tl.broadcast_to(tl.arange(0, BW)[None, None, :], shape)
+    else:
+        rows = th * BH + tl.arange(0, BH)
+        cols = tw * BW + tl.arange(0, BW)
+        j = th * BH + LO + t
+        jc = tl.minimum(j, H - 1 + LO + K - 1)
+        f = _fold(jc, H, MODE, SINGLE)
+        ok = pv[:, None, None] & (cols < W)[None, None, :]
+        if MODE == 4:
+            ok = ok & ((j >= 0) & (j < H))[None, :, None]
+        off = poff[:, None, None] + (f * xs2)[None, :, None] + (cols * xs3)[None, None, :]
+        seg = (t % K == 0)[None, :, None]
+        end = (t % K == K - 1)[None, :, None]
+        shape: tl.constexpr = (BP, BH, BW)
+        idx = tl.broadcast_to((tl.arange(0, BH) + K - 1)[None, :, None], shape)
+        idx0 = tl.broadcast_to(tl.arange(0, BH)[None, :, None], shape)
+    v = tl.load(x_ptr + off, mask=ok, other=0.0).to(ACC)
+    if MODE == 4:
+        v = tl.where(ok, v, tl.full(v.shape, CVAL, ACC))
+    seg = tl.broadcast_to(seg, v.shape)
+    end = tl.broadcast_to(end, v.shape)
+    if MAX:
+        pre, _f = tl.associative_scan((v, seg), AXIS, _seg_max)
+        suf, _g = tl.associative_scan((v, end), AXIS, _seg_max, reverse=True)
+        r = _nmax(tl.gather(suf, idx0, AXIS), tl.gather(pre, idx, AXIS))
+    else:
+        pre, _f = tl.associative_scan((v, seg), AXIS, _seg_min)
+        suf, _g = tl.associative_scan((v, end), AXIS, _seg_min, reverse=True)
+        r = _nmin(tl.gather(suf, idx0, AXIS), tl.gather(pre, idx, AXIS))
+    valid = pv[:, None, None] & (rows < H)[None, :, None] & (cols < W)[None, None, :]
+    optr = o_ptr + ((pl // D) * os0 + (pl % D) * os1)[:, None, None] + (rows * os2)[None, :, None]
+    optr = optr + (cols * os3)[None, None, :]
     tl.store(optr, r.to(o_ptr.dtype.element_ty), mask=valid)
 
 
@@ -736,12 +831,54 @@ def _fwd_minmax(x4, y4, spec, passes, cval):
         dst = y4 if i == len(passes) - 1 else torch.empty_like(x4, memory_format=torch.contiguous_format)
         n = (D, H, W)[axis]
         single = _single(n, lo, lo + k - 1, modes[axis])
+        gw = _gw_tiles(NP, D, H, W, axis, k)
+        if gw is not None:
+            gBP, gBH, gBW, L, g_th, g_tw, gwarps = gw
+            with _device(x4):
+                _gw_pass[(-(-NP // gBP) * g_th * g_tw,)](
+                    src, dst, NP, D, H, W, *src.stride(), *dst.stride(), g_th, g_tw, lo, K=k, CVAL=cval,
+                    AXIS=axis, MODE=_MODES[modes[axis]], SINGLE=single, MAX=spec.rank != 0, ACC=ACC,
+                    BP=gBP, BH=gBH, BW=gBW, L=L, num_warps=gwarps)
+            LAUNCHES["rank_gw"] += 1
+            src = dst
+            continue
         with _device(x4):
             _minmax_pass[grid](src, dst, NP, D, H, W, *src.stride(), *dst.stride(), n_th, n_tw,
                                lo, k, CVAL=cval, AXIS=axis, MODE=_MODES[modes[axis]], SINGLE=single,
                                MAX=spec.rank != 0, ACC=ACC, BP=BP, BH=BH, BW=BW, num_warps=warps)
         LAUNCHES["rank_minmax"] += 1
         src = dst
+
+
+#: window lengths from which a min/max pass runs van Herk / Gil-Werman (below: a direct loop)
+_GW_MIN = 5
+#: the longest tile (outputs plus K - 1) of a van Herk pass along the axis
+_GW_MAX_L = 1024
+
+
+def _gw_tiles(NP, D, H, W, axis, k):
+    """``(BP, BH, BW, L, n_th, n_tw, warps)`` of a van Herk pass, or None (a direct loop)."""
+    if axis == 0 or k < _GW_MIN:
+        return None
+    n = (D, H, W)[axis]
+    want = min(_TILE["max_bw"], _np2(n))
+    L = _np2(want + k - 1)
+    if L > _GW_MAX_L:
+        return None
+    S = 1 << ((L - k + 1).bit_length() - 1)  # the largest power of two <= L - k + 1
+    elems = max(_TILE["elems"], L)
+    if axis == 2:
+        BW = S
+        BH = max(1, min(_np2(H), elems // L))
+        BP = max(1, min(_np2(NP), elems // (BH * L)))
+        lanes = BP * BH * L
+    else:
+        BH = S
+        BW = max(1, min(_np2(W), _TILE["max_bw"], elems // L))
+        BP = max(1, min(_np2(NP), elems // (BW * L)))
+        lanes = BP * BW * L
+    warps = max(1, min(4, lanes // 128))
+    return BP, BH, BW, L, -(-H // BH), -(-W // BW), warps
 
 
 def _out4(out, nd):
