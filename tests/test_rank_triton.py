@@ -129,16 +129,18 @@ def test_median3x3_every_mode(T, mode):
         same(*both(tf.median_filter, special((1, 6, 1), seed=3), size=3, mode=mode, cval=0.5, origin=(-1, 1)))
 
 
-def test_median3x3_tiles(T, TR):
+def test_tiles(T, TR, monkeypatch):
     x = special((3, 11, 21), seed=4)
     old = TR.set_tile_limits(max_bw=8, elems=32)  # several tiles along every axis
+    monkeypatch.setattr(TR, "_GW_MIN", 3)
     try:
-        with launched(T, "rank_med3x3", "rank_net", "rank_minmax|rank_gw"):
+        with launched(T, "rank_med3x3", "rank_net", "rank_gw"):
             same(*both(tf.median_filter, x, size=3))  # a tile inside the image: the aligned path
             same(*both(tf.median_filter, x, size=3, origin=(1, -1), mode="constant", cval=9.0))
             same(*both(tf.median_filter, x.transpose(-1, -2), size=3, mode="wrap"))
             same(*both(tf.median_filter, x, size=(3, 4), mode="wrap"))
             same(*both(tf.maximum_filter, x, size=(3, 4), mode="constant"))
+            same(*both(tf.minimum_filter, x, size=(5, 7), mode="reflect", origin=(-1, 2)))
     finally:
         TR.set_tile_limits(**old)
 
@@ -165,8 +167,9 @@ def test_window_larger_than_image(T, mode):
     x = special((1, 2, 3, 4), seed=4)
     with launched(T, "rank_net"):
         same(*both(tf.median_filter, x, size=7, mode=mode, cval=0.25))
-    with launched(T, "rank_gw"):
+    with launched(T, "rank_minmax", "rank_gw"):
         same(*both(tf.maximum_filter, x, size=(11, 9), mode=mode, cval=0.25, origin=(2, -1)))
+        same(*both(tf.maximum_filter, x, size=(23, 1), mode=mode, cval=0.25, origin=(-3, 0)))
     one = special((2, 1, 1), seed=5)
     with launched(T, "rank_med3x3"):
         same(*both(tf.median_filter, one, size=3, mode=mode))
@@ -175,9 +178,9 @@ def test_window_larger_than_image(T, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_min_max_separable(T, mode):
     x = special(SHAPE, seed=6, ties=True)
-    with launched(T, "rank_minmax", "rank_gw"):  # k = 4: a direct loop; 15 and 5: van Herk
-        same(*both(tf.minimum_filter, x, size=(4, 15), mode=mode, cval=-0.5, origin=(1, 3)))
-        same(*both(tf.maximum_filter, x, size=(5, 1), mode=mode, cval=float("nan"), origin=(0, 0)))
+    with launched(T, "rank_minmax", "rank_gw"):  # k = 4 and 5: a direct loop; 21 and 22: van Herk
+        same(*both(tf.minimum_filter, x, size=(4, 22), mode=mode, cval=-0.5, origin=(1, 3)))
+        same(*both(tf.maximum_filter, x, size=(21, 5), mode=mode, cval=float("nan"), origin=(2, 0)))
 
 
 def test_all_nan_windows(T):

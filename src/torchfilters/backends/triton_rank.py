@@ -17,15 +17,18 @@ Kernels
   median network (Paeth/Devillard's 19-exchange median of 9) after pruning: only the
   ``min`` / ``max`` halves whose results reach output wire ``rank`` are emitted.  NaN is
   replaced by ``+inf`` on load and counted: the output is NaN where ``rank >= count - nans``.
-* **Median of a 3x3 box** (any mode and origin): its own kernel, four outputs per lane along
-  W.  A lane loads the 3 x 6 inputs of its four outputs as two 4-column vectors per row
-  (split in registers), sorts each of the 6 columns once (shared by up to three outputs)
-  and takes ``med3(max of lows, med3 of mids, min of highs)`` (Paeth) with the pairwise
-  max/min shared between neighbours: 20 ``FMNMX`` per output in the sm_90 SASS (the
-  generated median-of-9 network needs 30), 4.5 loads per output, 128-bit stores.
+* **Median of a 3x3 box** (any mode and origin): its own kernel (``_med3x3``), four outputs
+  per lane along W.  A lane reads the 3 x 6 inputs of its four outputs as 4-column vectors
+  (split in registers; tiles inside the image read three aligned vectors per row without
+  folding, tiles at the border two folded ones), sorts each of the 6 columns once (shared
+  by up to three outputs) and takes ``med3(max of lows, med3 of mids, min of highs)``
+  (Paeth) with the pairwise max/min shared between neighbours.  sm_90 SASS, float32,
+  interior tile: 62 instructions per output, 20 of them ``FMNMX`` (the generated median-of-9
+  network: 30 ``FMNMX``, 132 instructions), 2.25 load instructions (128-bit where used),
+  128-bit stores.
 * **Minimum / maximum of full boxes of any size**: separable 1-D passes, one kernel per axis
   that reads anything (``x -> tmp -> out``; the intermediate holds exact elements in the
-  input's dtype).  Along H and W, windows of ``_GW_MIN`` or more run **van Herk /
+  input's dtype).  Along H and W, windows of ``_GW_MIN`` (21) or more run **van Herk /
   Gil-Werman** (``_gw_pass``): a program loads its outputs' span plus ``k - 1`` positions
   (folded), cuts it into segments of ``k``, and takes ``op(suffix[o], prefix[o + k - 1])``
   from two segmented ``tl.associative_scan`` s and two ``tl.gather`` s -- work per output
@@ -346,25 +349,35 @@ def _minmax_pass(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, o
 
 
 @triton.jit
-def _nmin(a, b):
-    """min with NaN ordered last: NaN only where both are."""
-    return tl.where(a != a, b, tl.where(b != b, a, tl.minimum(a, b)))  # noqa: PLR0124
+def _key(v, F64: tl.constexpr):
+    """Order-preserving integer key of ``v`` with every NaN above ``+inf`` (``-0 < +0``):
+    integer ``min`` / ``max`` (one instruction, no NaN rules) order values as the spec does."""
+    if F64:
+        i = v.to(tl.int64, bitcast=True)
+        k = i ^ ((i >> 63) & 0x7FFFFFFFFFFFFFFF)
+        return tl.where(v != v, 0x7FFFFFFFFFFFFFFF, k)  # noqa: PLR0124
+    else:
+        i = v.to(tl.int32, bitcast=True)
+        k = i ^ ((i >> 31) & 0x7FFFFFFF)
+        return tl.where(v != v, 0x7FFFFFFF, k)  # noqa: PLR0124
 
 
 @triton.jit
-def _nmax(a, b):
-    """max with NaN ordered last: NaN where either is (min/max never see a NaN)."""
-    return tl.where(a != a, a, tl.where(b != b, b, tl.maximum(a, b)))  # noqa: PLR0124
+def _unkey(k, F64: tl.constexpr):
+    if F64:
+        return (k ^ ((k >> 63) & 0x7FFFFFFFFFFFFFFF)).to(tl.float64, bitcast=True)
+    else:
+        return (k ^ ((k >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def _seg_min(a, fa, b, fb):
-    return tl.where(fb, b, _nmin(a, b)), fa | fb
+    return tl.where(fb, b, tl.minimum(a, b)), fa | fb
 
 
 @triton.jit
 def _seg_max(a, fa, b, fb):
-    return tl.where(fb, b, _nmax(a, b)), fa | fb
+    return tl.where(fb, b, tl.maximum(a, b)), fa | fb
 
 
 @triton.jit
@@ -377,7 +390,7 @@ def _gw_pass(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, os3, 
     A program loads ``L`` consecutive padded positions along the axis (``BH`` resp. ``BW``
     outputs plus ``K - 1``), cut into segments of ``K`` lanes: a segmented prefix scan ``P``
     and suffix scan ``S`` (``tl.associative_scan``); output ``o`` is ``op(S[o], P[o + K - 1])``
-    (``tl.gather``).  NaN ordered last without flags: ``_nmin`` / ``_nmax``."""
+    (``tl.gather``), on integer keys (``_key``: NaN ordered last by the integers themselves)."""
     pid = tl.program_id(0)
     tw = pid % n_tw
     rest = pid // n_tw
@@ -423,14 +436,17 @@ def _gw_pass(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, os3, 
         v = tl.where(ok, v, tl.full(v.shape, CVAL, ACC))
     seg = tl.broadcast_to(seg, v.shape)
     end = tl.broadcast_to(end, v.shape)
+    F64: tl.constexpr = ACC == tl.float64
+    v = _key(v, F64)
     if MAX:
         pre, _f = tl.associative_scan((v, seg), AXIS, _seg_max)
         suf, _g = tl.associative_scan((v, end), AXIS, _seg_max, reverse=True)
-        r = _nmax(tl.gather(suf, idx0, AXIS), tl.gather(pre, idx, AXIS))
+        r = tl.maximum(tl.gather(suf, idx0, AXIS), tl.gather(pre, idx, AXIS))
     else:
         pre, _f = tl.associative_scan((v, seg), AXIS, _seg_min)
         suf, _g = tl.associative_scan((v, end), AXIS, _seg_min, reverse=True)
-        r = _nmin(tl.gather(suf, idx0, AXIS), tl.gather(pre, idx, AXIS))
+        r = tl.minimum(tl.gather(suf, idx0, AXIS), tl.gather(pre, idx, AXIS))
+    r = _unkey(r, F64)
     valid = pv[:, None, None] & (rows < H)[None, :, None] & (cols < W)[None, None, :]
     optr = o_ptr + ((pl // D) * os0 + (pl % D) * os1)[:, None, None] + (rows * os2)[None, :, None]
     optr = optr + (cols * os3)[None, None, :]
@@ -850,8 +866,10 @@ def _fwd_minmax(x4, y4, spec, passes, cval):
         src = dst
 
 
-#: window lengths from which a min/max pass runs van Herk / Gil-Werman (below: a direct loop)
-_GW_MIN = 5
+#: window lengths from which a min/max pass runs van Herk / Gil-Werman (below: a direct loop).
+#: From the sm_90 SASS: the direct loop costs about 11 instructions per output and tap along W
+#: (8 along H, vector loads), the van Herk pass 220-260 per output whatever ``k``.
+_GW_MIN = 21
 #: the longest tile (outputs plus K - 1) of a van Herk pass along the axis
 _GW_MAX_L = 1024
 
