@@ -1,0 +1,513 @@
+"""numba kernels of the rank-filter engine (``rank``): one kernel per algorithm, compiled once per
+compute dtype (float32, float64; float16/bfloat16 run as float32, a selection is exact).
+
+Every kernel reads a contiguous ``(N, D, H, W)`` volume ``X`` (flat) through fold tables: ``tz``,
+``ty``, ``tx`` map a *padded* coordinate ``p`` (output ``i`` reads ``p = i + j`` for window offset
+``j = 0 .. k-1`` along the axis) to a source index, ``-1`` for ``constant`` mode's padding (the
+value ``cval``).  Order: ``numpy.sort``'s (NaN after ``+inf``).
+
+* :func:`_k_vh` -- ``minimum``/``maximum`` of a box along two axes of a ``(planes, rows, row)``
+  view, per strip of columns: van Herk/Gil-Werman down the rows (constant work, vector ops over
+  the strip), then the row pass by doubling (``ceil(log2 k)`` vector ops) in cache.  A z-pass
+  is the same kernel on ``(N, D, H*W)`` with a row pass of 1.
+* :func:`_k_net` -- small boxes, any rank: a comparator program (``rank._network``): the sorted
+  columns of each output row once, then a merge of ``kx`` sorted columns pruned to the one rank,
+  every instruction one vector op over a chunk of the row.
+* :func:`_k_sel` -- any footprint: gather the window, NaN counted apart, quickselect.
+* :func:`_k_hist` -- large windows: per band of rows the band's values ranked once (a sort),
+  then per output row a sliding window of ranks in a three-level bit histogram (add/remove the
+  footprint's run ends per step, the rank-th set bit by counts).
+* :func:`_k_bwd` / :func:`_k_merge` -- the backward: per output, scan its window (footprint order)
+  for the element the stable order puts at ``rank`` given the forward value ``y``; scatter the
+  gradient per plane, or per band into private buffers merged per plane (no two threads write
+  one element).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .prims import _JIT, _sel
+
+# ----------------------------------------------------------------------------- primitives
+
+
+@intrinsic
+def _popc(typingctx, v):
+    """Set bits of a uint64."""
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64]), "llvm.ctpop.i64")
+        return builder.call(fn, [args[0]])
+
+    return types.uint64(types.uint64), codegen
+
+
+@intrinsic
+def _cttz(typingctx, v):
+    """Trailing zeros of a non-zero uint64."""
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]),
+                                            "llvm.cttz.i64")
+        return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 1)])
+
+    return types.uint64(types.uint64), codegen
+
+
+@njit(inline="always", **_JIT)
+def _lt(a, b):
+    """``a < b`` in NaN-last order."""
+    return (a < b) or (b != b and a == a)
+
+
+@njit(inline="always", **_JIT)
+def _eq(a, b):
+    """``a == b`` with NaN equal to NaN."""
+    return (a == b) or (a != a and b != b)
+
+
+# ----------------------------------------------------------------------------- van Herk
+
+
+@njit(inline="always", **_JIT)
+def _load(X, R, src, base, tx, x0, pw, contig, cval):
+    """Padded columns ``x0 .. x0+pw`` of source row ``src`` (row offset ``base``) into ``R``."""
+    if src < 0:
+        for t in range(pw):
+            R[t] = cval
+    elif contig:
+        b = base + tx[x0]
+        for t in range(pw):
+            R[t] = X[b + t]
+    else:
+        for t in range(pw):
+            c = tx[x0 + t]
+            R[t] = X[base + c] if c >= 0 else cval
+
+
+@njit(inline="always", **_JIT)
+def _comb(A, B, C, n, ismax):
+    """``C = op(A, B)`` over ``n`` elements."""
+    if ismax:
+        for t in range(n):
+            a = A[t]
+            b = B[t]
+            C[t] = _sel((a > b) | (a != a), a, b)
+    else:
+        for t in range(n):
+            a = A[t]
+            b = B[t]
+            C[t] = _sel((a < b) | (b != b), a, b)
+
+
+@njit(inline="always", **_JIT)
+def _combs(A, s, C, n, ismax):
+    """``C[t] = op(A[t], A[t + s])``."""
+    if ismax:
+        for t in range(n):
+            a = A[t]
+            b = A[t + s]
+            C[t] = _sel((a > b) | (a != a), a, b)
+    else:
+        for t in range(n):
+            a = A[t]
+            b = A[t + s]
+            C[t] = _sel((a < b) | (b != b), a, b)
+
+
+@njit(**_JIT)
+def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
+    """Box min/max over (rows, row) of ``(planes, NR, RL)``; items ``(plane, strip)``.
+
+    ``G = [NR, RL, HO, WO, ky, kx, CW, nstrips]``: ``HO`` output rows of ``WO`` elements."""
+    NR, RL, HO, WO, ky, kx, CW, ns = G[0], G[1], G[2], G[3], G[4], G[5], G[6], G[7]
+    pwmax = min(CW, WO) + kx - 1
+    S = np.empty((max(ky, 1), pwmax), X.dtype)
+    P = np.empty(pwmax, X.dtype)
+    R = np.empty(pwmax, X.dtype)
+    V = np.empty(pwmax, X.dtype)
+    T = np.empty(pwmax, X.dtype)
+    for it in range(it0, it1):
+        n = it // ns
+        x0 = (it % ns) * CW
+        cw = min(WO, x0 + CW) - x0
+        pw = cw + kx - 1
+        contig = tx[x0] >= 0
+        for t in range(pw):
+            if tx[x0 + t] != tx[x0] + t:
+                contig = False
+        pb = n * NR * RL
+        ob = n * HO * WO + x0
+        npad = HO + ky - 1
+        # suffix maxima of block 0 (rows ky-1 .. 0)
+        if ky > 1:
+            for q in range(min(ky, npad) - 1, -1, -1):
+                src = ty[q]
+                if q == min(ky, npad) - 1:
+                    _load(X, S[q], src, pb + src * RL, tx, x0, pw, contig, cval)
+                else:
+                    _load(X, R, src, pb + src * RL, tx, x0, pw, contig, cval)
+                    _comb(R, S[q + 1], S[q], pw, ismax)
+        for y in range(HO):
+            j = y % ky
+            if ky == 1:
+                src = ty[y]
+                _load(X, V, src, pb + src * RL, tx, x0, pw, contig, cval)
+            else:
+                q = y + ky - 1
+                src = ty[q]
+                if j == 0:
+                    _load(X, P, src, pb + src * RL, tx, x0, pw, contig, cval)
+                else:
+                    _load(X, R, src, pb + src * RL, tx, x0, pw, contig, cval)
+                    _comb(P, R, P, pw, ismax)
+                _comb(S[j], P, V, pw, ismax)
+            # the row pass: doubling
+            if kx == 1:
+                for t in range(cw):
+                    O[ob + y * WO + t] = V[t]
+            else:
+                A = V
+                Bf = T
+                w = 1
+                while 2 * w <= kx:
+                    _combs(A, w, Bf, pw - 2 * w + 1, ismax)
+                    A, Bf = Bf, A
+                    w *= 2
+                s = kx - w
+                o = ob + y * WO
+                if ismax:
+                    for t in range(cw):
+                        a = A[t]
+                        b = A[t + s]
+                        O[o + t] = _sel((a > b) | (a != a), a, b)
+                else:
+                    for t in range(cw):
+                        a = A[t]
+                        b = A[t + s]
+                        O[o + t] = _sel((a < b) | (b != b), a, b)
+            if ky > 1 and j == ky - 1 and y + 1 < HO:
+                # suffix maxima of the next block: rows just read (cache), bottom up
+                b0 = y + 1
+                top = min(b0 + ky, npad) - 1
+                for q in range(top, b0 - 1, -1):
+                    src = ty[q]
+                    if q == top:
+                        _load(X, S[q - b0], src, pb + src * RL, tx, x0, pw, contig, cval)
+                    else:
+                        _load(X, R, src, pb + src * RL, tx, x0, pw, contig, cval)
+                        _comb(R, S[q - b0 + 1], S[q - b0], pw, ismax)
+
+
+# ----------------------------------------------------------------------------- networks
+
+
+@njit(**_JIT)
+def _k_net(X, O, G, tz, ty, tx, prog, cval, it0, it1):
+    """A small box, any rank, by a comparator program; items are output rows ``(n, z, y)``.
+
+    ``G = [N, D, H, W, kz, ky, kx, nrows, CH, nstage1, res_row, res_shift]``; ``prog`` rows
+    ``(op, dst, a, sa, b, sb)`` (op 0: min, 1: max), the first ``nstage1`` over the padded
+    chunk, the rest over the output chunk."""
+    D, H, W, kz, ky, kx = G[1], G[2], G[3], G[4], G[5], G[6]
+    nrows, CH, ns1, rr, rs = G[7], G[8], G[9], G[10], G[11]
+    B = np.empty((nrows, CH + kx - 1), X.dtype)
+    nops = prog.shape[0]
+    for it in range(it0, it1):
+        n = it // (D * H)
+        z = (it // H) % D
+        y = it % H
+        ob = it * W
+        for x0 in range(0, W, CH):
+            cw = min(W, x0 + CH) - x0
+            pw = cw + kx - 1
+            contig = tx[x0] >= 0
+            for t in range(pw):
+                if tx[x0 + t] != tx[x0] + t:
+                    contig = False
+            for jz in range(kz):
+                sz = tz[z + jz]
+                for jy in range(ky):
+                    sy = ty[y + jy]
+                    src = -1 if sz < 0 or sy < 0 else 0
+                    _load(X, B[jz * ky + jy], src, ((n * D + sz) * H + sy) * W, tx, x0, pw, contig, cval)
+            for p in range(nops):
+                op = prog[p, 0]
+                rd = B[prog[p, 1]]
+                ra = B[prog[p, 2]]
+                sa = prog[p, 3]
+                rb = B[prog[p, 4]]
+                sb = prog[p, 5]
+                w = pw if p < ns1 else cw
+                if op == 0:
+                    for t in range(w):
+                        a = ra[t + sa]
+                        b = rb[t + sb]
+                        rd[t] = _sel((a < b) | (b != b), a, b)
+                else:
+                    for t in range(w):
+                        a = ra[t + sa]
+                        b = rb[t + sb]
+                        rd[t] = _sel((a < b) | (b != b), b, a)
+            res = B[rr]
+            for t in range(cw):
+                O[ob + x0 + t] = res[t + rs]
+
+
+# ----------------------------------------------------------------------------- selection
+
+
+@njit(inline="always", **_JIT)
+def _qsel(a, n, k):
+    """The ``k``-th smallest of ``a[:n]`` (no NaN), reordering ``a``."""
+    lo = 0
+    hi = n - 1
+    while hi > lo:
+        pv = a[(lo + hi) >> 1]
+        i = lo
+        j = hi
+        while i <= j:
+            while a[i] < pv:
+                i += 1
+            while pv < a[j]:
+                j -= 1
+            if i <= j:
+                t = a[i]
+                a[i] = a[j]
+                a[j] = t
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            break
+    return a[k]
+
+
+@njit(inline="always", **_JIT)
+def _rowbases(RB, offs, tz, ty, n, z, y, D, H, W):
+    for t in range(offs.shape[0]):
+        sz = tz[z + offs[t, 0]]
+        sy = ty[y + offs[t, 1]]
+        RB[t] = -1 if sz < 0 or sy < 0 else ((n * D + sz) * H + sy) * W
+
+
+@njit(**_JIT)
+def _k_sel(X, O, G, tz, ty, tx, offs, cval, it0, it1):
+    """Any footprint, any rank; items are output rows.  ``G = [N, D, H, W, count, rank]``."""
+    D, H, W, count, rank = G[1], G[2], G[3], G[4], G[5]
+    RB = np.empty(count, np.int64)
+    buf = np.empty(count, X.dtype)
+    nan = np.nan
+    for it in range(it0, it1):
+        n = it // (D * H)
+        z = (it // H) % D
+        y = it % H
+        _rowbases(RB, offs, tz, ty, n, z, y, D, H, W)
+        ob = it * W
+        for x in range(W):
+            nn = 0
+            for t in range(count):
+                c = tx[x + offs[t, 2]]
+                rb = RB[t]
+                v = cval if rb < 0 or c < 0 else X[rb + c]
+                if v == v:
+                    buf[nn] = v
+                    nn += 1
+            if rank >= nn:
+                O[ob + x] = nan
+            else:
+                O[ob + x] = _qsel(buf, nn, rank)
+
+
+# ----------------------------------------------------------------------------- histogram
+
+
+@njit(inline="always", **_JIT)
+def _hadd(r, Wd, G1, G2):
+    Wd[r >> 6] |= np.uint64(1) << np.uint64(r & 63)
+    G1[r >> 9] += 1
+    G2[r >> 12] += 1
+
+
+@njit(inline="always", **_JIT)
+def _hdel(r, Wd, G1, G2):
+    Wd[r >> 6] &= ~(np.uint64(1) << np.uint64(r & 63))
+    G1[r >> 9] -= 1
+    G2[r >> 12] -= 1
+
+
+@njit(inline="always", **_JIT)
+def _hsel(k, Wd, G1, G2):
+    """The position of the ``k``-th (0-based) set bit."""
+    s = 0
+    i = 0
+    while s + G2[i] <= k:
+        s += G2[i]
+        i += 1
+    i *= 8
+    while s + G1[i] <= k:
+        s += G1[i]
+        i += 1
+    i *= 8
+    while True:
+        c = np.int64(_popc(Wd[i]))
+        if s + c > k:
+            break
+        s += c
+        i += 1
+    w = Wd[i]
+    for _ in range(k - s):
+        w &= w - np.uint64(1)
+    return i * 64 + np.int64(_cttz(w))
+
+
+@njit(**_JIT)
+def _k_hist(X, O, G, tz, ty, tx, offs, rm, ad, cval, it0, it1):
+    """Any footprint, any rank, by ranks in a sliding bit histogram; items ``(n, z, band)``.
+
+    ``G = [N, D, H, W, kz, ky, kx, rank, BH, nbands]``; ``offs`` the footprint (``(jz, jy, jx)``),
+    ``rm`` / ``ad`` its elements that leave / enter when the window steps right."""
+    D, H, W, kz, ky, kx, rank, BH, nb = G[1], G[2], G[3], G[4], G[5], G[6], G[7], G[8], G[9]
+    PW = W + kx - 1
+    RH = BH + ky - 1
+    M = kz * RH * PW
+    vals = np.empty(M, X.dtype)
+    keep = np.empty(M, np.int64)
+    rnk = np.empty(M, np.int64)
+    srt = np.empty(M, X.dtype)
+    nw = (M + 4095) // 4096 * 64 + 64
+    Wd = np.zeros(nw, np.uint64)
+    G1 = np.zeros(nw // 8 + 8, np.int32)
+    G2 = np.zeros(nw // 64 + 8, np.int32)
+    contig = tx[0] >= 0
+    for t in range(PW):
+        if tx[t] != tx[0] + t:
+            contig = False
+    for it in range(it0, it1):
+        n = it // (D * nb)
+        z = (it // nb) % D
+        y0 = (it % nb) * BH
+        bh = min(H, y0 + BH) - y0
+        rh = bh + ky - 1
+        m = kz * rh * PW
+        # the band's values, padded, then their ranks (NaN last)
+        for jz in range(kz):
+            sz = tz[z + jz]
+            for py in range(rh):
+                sy = ty[y0 + py]
+                src = -1 if sz < 0 or sy < 0 else 0
+                r0 = (jz * rh + py) * PW
+                _load(X, vals[r0:r0 + PW], src, ((n * D + sz) * H + sy) * W, tx, 0, PW, contig, cval)
+        nn = 0
+        for i in range(m):
+            if vals[i] == vals[i]:
+                keep[nn] = i
+                nn += 1
+        order = np.argsort(vals[keep[:nn]])
+        for i in range(nn):
+            e = keep[order[i]]
+            rnk[e] = i
+            srt[i] = vals[e]
+        k = nn
+        for i in range(m):
+            if vals[i] != vals[i]:
+                rnk[i] = k
+                srt[k] = vals[i]
+                k += 1
+        for i in range(bh):
+            Wd[:] = 0
+            G1[:] = 0
+            G2[:] = 0
+            for t in range(offs.shape[0]):
+                _hadd(rnk[(offs[t, 0] * rh + i + offs[t, 1]) * PW + offs[t, 2]], Wd, G1, G2)
+            ob = ((n * D + z) * H + y0 + i) * W
+            for x in range(W):
+                O[ob + x] = srt[_hsel(rank, Wd, G1, G2)]
+                if x + 1 < W:
+                    for t in range(rm.shape[0]):
+                        _hdel(rnk[(rm[t, 0] * rh + i + rm[t, 1]) * PW + x + rm[t, 2]], Wd, G1, G2)
+                    for t in range(ad.shape[0]):
+                        _hadd(rnk[(ad[t, 0] * rh + i + ad[t, 1]) * PW + x + 1 + ad[t, 2]], Wd, G1, G2)
+
+
+# ----------------------------------------------------------------------------- backward
+
+
+@njit(**_JIT)
+def _k_bwd(X, Y, Gr, A, G, tz, ty, tx, offs, cval, it0, it1):
+    """Scatter each output's gradient to its selected window element.
+
+    ``G = [N, D, H, W, count, rank, BH, nbands, banded, RH]``; items ``(n, band)`` of ``BH``
+    output rows (all z).  ``banded``: into ``A`` = private buffers ``(items, D, RH, W)`` in
+    padded rows (``_k_merge`` folds them), else straight into ``A`` (``(N, D, H, W)``; one item
+    per plane)."""
+    D, H, W, count, rank, BH, nb, banded, RH = G[1], G[2], G[3], G[4], G[5], G[6], G[7], G[8], G[9]
+    RB = np.empty(count, np.int64)
+    AB = np.empty(count, np.int64)
+    eq = np.empty(count, np.int64)
+    for it in range(it0, it1):
+        n = it // nb
+        y0 = (it % nb) * BH
+        y1 = min(H, y0 + BH)
+        for z in range(D):
+            for y in range(y0, y1):
+                _rowbases(RB, offs, tz, ty, n, z, y, D, H, W)
+                for t in range(count):
+                    sz = tz[z + offs[t, 0]]
+                    if banded:
+                        AB[t] = -1 if RB[t] < 0 else ((it * D + sz) * RH + y - y0 + offs[t, 1]) * W
+                    else:
+                        AB[t] = RB[t]
+                o = ((n * D + z) * H + y) * W
+                for x in range(W):
+                    g = Gr[o + x]
+                    if g == 0:
+                        continue
+                    yv = Y[o + x]
+                    cl = 0
+                    ne = 0
+                    for t in range(count):
+                        c = tx[x + offs[t, 2]]
+                        rb = RB[t]
+                        v = cval if rb < 0 or c < 0 else X[rb + c]
+                        if _lt(v, yv):
+                            cl += 1
+                        elif _eq(v, yv):
+                            eq[ne] = t
+                            ne += 1
+                    j = rank - cl
+                    if 0 <= j < ne:
+                        t = eq[j]
+                        c = tx[x + offs[t, 2]]
+                        if AB[t] >= 0 and c >= 0:
+                            A[AB[t] + c] += g
+
+
+@njit(**_JIT)
+def _k_merge(A, Bf, G, ty, it0, it1):
+    """Fold the banded backward's private buffers into ``A``; items are planes."""
+    D, H, W, BH, nb, RH = G[1], G[2], G[3], G[6], G[7], G[9]
+    for n in range(it0, it1):
+        for b in range(nb):
+            it = n * nb + b
+            y0 = b * BH
+            rh = min(H, y0 + BH) - y0 + RH - BH
+            for z in range(D):
+                for py in range(rh):
+                    sy = ty[y0 + py]
+                    if sy < 0:
+                        continue
+                    s = ((it * D + z) * RH + py) * W
+                    d = ((n * D + z) * H + sy) * W
+                    for x in range(W):
+                        A[d + x] += Bf[s + x]
