@@ -84,8 +84,9 @@ def _load(X, R, src, base, tx, x0, pw, contig, cval):
             R[t] = cval
     elif contig:
         b = base + tx[x0]
+        Xs = X[b:b + pw]  # (views indexed by the loop counter: no wraparound checks, vectors)
         for t in range(pw):
-            R[t] = X[b + t]
+            R[t] = Xs[t]
     else:
         for t in range(pw):
             c = tx[x0 + t]
@@ -110,15 +111,16 @@ def _comb(A, B, C, n, ismax):
 @njit(inline="always", **_JIT)
 def _combs(A, s, C, n, ismax):
     """``C[t] = op(A[t], A[t + s])``."""
+    As = A[s:]
     if ismax:
         for t in range(n):
             a = A[t]
-            b = A[t + s]
+            b = As[t]
             C[t] = _sel((a > b) | (a != a), a, b)
     else:
         for t in range(n):
             a = A[t]
-            b = A[t + s]
+            b = As[t]
             C[t] = _sel((a < b) | (b != b), a, b)
 
 
@@ -170,29 +172,25 @@ def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
                     _comb(P, R, P, pw, ismax)
                 _comb(S[j], P, V, pw, ismax)
             # the row pass: doubling
+            o = ob + y * WO
+            Os = O[o:o + cw]
             if kx == 1:
                 for t in range(cw):
-                    O[ob + y * WO + t] = V[t]
-            else:
-                A = V
-                Bf = T
+                    Os[t] = V[t]
+            else:  # (no swapped array variables: they cost the loops their vectors)
                 w = 1
+                cur = 0
                 while 2 * w <= kx:
-                    _combs(A, w, Bf, pw - 2 * w + 1, ismax)
-                    A, Bf = Bf, A
+                    if cur == 0:
+                        _combs(V, w, T, pw - 2 * w + 1, ismax)
+                    else:
+                        _combs(T, w, V, pw - 2 * w + 1, ismax)
+                    cur ^= 1
                     w *= 2
-                s = kx - w
-                o = ob + y * WO
-                if ismax:
-                    for t in range(cw):
-                        a = A[t]
-                        b = A[t + s]
-                        O[o + t] = _sel((a > b) | (a != a), a, b)
+                if cur == 0:
+                    _combs(V, kx - w, Os, cw, ismax)
                 else:
-                    for t in range(cw):
-                        a = A[t]
-                        b = A[t + s]
-                        O[o + t] = _sel((a < b) | (b != b), a, b)
+                    _combs(T, kx - w, Os, cw, ismax)
             if ky > 1 and j == ky - 1 and y + 1 < HO:
                 # suffix maxima of the next block: rows just read (cache), bottom up
                 b0 = y + 1
@@ -241,24 +239,23 @@ def _k_net(X, O, G, tz, ty, tx, prog, cval, it0, it1):
             for p in range(nops):
                 op = prog[p, 0]
                 rd = B[prog[p, 1]]
-                ra = B[prog[p, 2]]
-                sa = prog[p, 3]
-                rb = B[prog[p, 4]]
-                sb = prog[p, 5]
+                ra = B[prog[p, 2], prog[p, 3]:]
+                rb = B[prog[p, 4], prog[p, 5]:]
                 w = pw if p < ns1 else cw
                 if op == 0:
                     for t in range(w):
-                        a = ra[t + sa]
-                        b = rb[t + sb]
+                        a = ra[t]
+                        b = rb[t]
                         rd[t] = _sel((a < b) | (b != b), a, b)
                 else:
                     for t in range(w):
-                        a = ra[t + sa]
-                        b = rb[t + sb]
+                        a = ra[t]
+                        b = rb[t]
                         rd[t] = _sel((a < b) | (b != b), b, a)
-            res = B[rr]
+            res = B[rr, rs:]
+            Os = O[ob + x0:ob + x0 + cw]
             for t in range(cw):
-                O[ob + x0 + t] = res[t + rs]
+                Os[t] = res[t]
 
 
 # ----------------------------------------------------------------------------- selection
