@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 import scipy.ndimage as ndi
 import torch
+from conftest import examples
 from hypothesis import given
 from hypothesis import strategies as st
 
 import torchfilters as tf
 from torchfilters.backends.cpu import rank as R
-
-from conftest import examples
 
 MODES = ("reflect", "mirror", "nearest", "wrap", "constant")
 PATHS = (None, "vh", "net", "sel", "hist")
@@ -68,8 +67,8 @@ def _case(rng, nd, box=None, extreme=False):
     rank = int(rng.integers(count))
     if extreme or rng.random() < 0.25:
         rank = 0 if rng.random() < 0.5 else count - 1
-    kw = dict(footprint=torch.from_numpy(fp), mode=mode, cval=float(rng.choice([0.0, 0.5, -1.5, np.inf])),
-              origin=origin, axes=tuple(range(-nd, 0)))
+    kw = {"footprint": torch.from_numpy(fp), "mode": mode, "cval": float(rng.choice([0.0, 0.5, -1.5, np.inf])),
+          "origin": origin, "axes": tuple(range(-nd, 0))}
     return rank, kw
 
 
@@ -175,7 +174,10 @@ def test_gradcheck(path, force):
     for size, rank in [((3, 3), 4), ((3, 2), 0), ((2, 3), 5)]:
         if path == "vh" and rank not in (0, size[0] * size[1] - 1):
             rank = 0
-        assert torch.autograd.gradcheck(lambda t: tf.rank_filter(t, rank, size=size, mode="mirror", backend="cpu"), (x,))
+        def f(t, rank=rank, size=size):
+            return tf.rank_filter(t, rank, size=size, mode="mirror", backend="cpu")
+
+        assert torch.autograd.gradcheck(f, (x,))
 
 
 def test_filters1d_and_large_windows():
@@ -185,7 +187,7 @@ def test_filters1d_and_large_windows():
             assert same(getattr(tf, fn)(x, 7, axis=axis, backend="cpu"), getattr(tf, fn)(x, 7, axis=axis, backend="reference"))
     fp = torch.ones(15, 15, dtype=torch.bool)
     fp[::3, 1::4] = False
-    for kw in (dict(size=15), dict(footprint=fp), dict(size=(17, 5))):
+    for kw in ({"size": 15}, {"footprint": fp}, {"size": (17, 5)}):
         assert same(tf.median_filter(x, **kw, mode="wrap", backend="cpu"), tf.median_filter(x, **kw, mode="wrap", backend="reference"))
 
 

@@ -35,7 +35,7 @@ from .plan import _small
 from .rank_kernels import _k_bwd, _k_hist, _k_merge, _k_net, _k_sel, _k_vh
 from .threads import _launch, _threads
 
-__all__ = ["rank_forward", "rank_backward"]
+__all__ = ["rank_backward", "rank_forward"]
 
 #: boxes of at most this many elements (and rows of at most 7) run as comparator programs
 NET_MAX = 25

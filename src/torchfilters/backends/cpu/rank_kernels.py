@@ -25,6 +25,8 @@ value ``cval``).  Order: ``numpy.sort``'s (NaN after ``+inf``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -64,13 +66,13 @@ def _cttz(typingctx, v):
 @njit(inline="always", **_JIT)
 def _lt(a, b):
     """``a < b`` in NaN-last order."""
-    return (a < b) or (b != b and a == a)
+    return (a < b) or (math.isnan(b) and not math.isnan(a))
 
 
 @njit(inline="always", **_JIT)
 def _eq(a, b):
     """``a == b`` with NaN equal to NaN."""
-    return (a == b) or (a != a and b != b)
+    return (a == b) or (math.isnan(a) and math.isnan(b))
 
 
 # ----------------------------------------------------------------------------- van Herk
@@ -100,12 +102,12 @@ def _comb(A, B, C, n, ismax):
         for t in range(n):
             a = A[t]
             b = B[t]
-            C[t] = _sel((a > b) | (a != a), a, b)
+            C[t] = _sel((a > b) | math.isnan(a), a, b)
     else:
         for t in range(n):
             a = A[t]
             b = B[t]
-            C[t] = _sel((a < b) | (b != b), a, b)
+            C[t] = _sel((a < b) | math.isnan(b), a, b)
 
 
 @njit(inline="always", **_JIT)
@@ -116,12 +118,12 @@ def _combs(A, s, C, n, ismax):
         for t in range(n):
             a = A[t]
             b = As[t]
-            C[t] = _sel((a > b) | (a != a), a, b)
+            C[t] = _sel((a > b) | math.isnan(a), a, b)
     else:
         for t in range(n):
             a = A[t]
             b = As[t]
-            C[t] = _sel((a < b) | (b != b), a, b)
+            C[t] = _sel((a < b) | math.isnan(b), a, b)
 
 
 @njit(**_JIT)
@@ -246,12 +248,12 @@ def _k_net(X, O, G, tz, ty, tx, prog, cval, it0, it1):
                     for t in range(w):
                         a = ra[t]
                         b = rb[t]
-                        rd[t] = _sel((a < b) | (b != b), a, b)
+                        rd[t] = _sel((a < b) | math.isnan(b), a, b)
                 else:
                     for t in range(w):
                         a = ra[t]
                         b = rb[t]
-                        rd[t] = _sel((a < b) | (b != b), b, a)
+                        rd[t] = _sel((a < b) | math.isnan(b), b, a)
             res = B[rr, rs:]
             Os = O[ob + x0:ob + x0 + cw]
             for t in range(cw):
@@ -317,7 +319,7 @@ def _k_sel(X, O, G, tz, ty, tx, offs, cval, it0, it1):
                 c = tx[x + offs[t, 2]]
                 rb = RB[t]
                 v = cval if rb < 0 or c < 0 else X[rb + c]
-                if v == v:
+                if not math.isnan(v):
                     buf[nn] = v
                     nn += 1
             if rank >= nn:
@@ -407,7 +409,7 @@ def _k_hist(X, O, G, tz, ty, tx, offs, rm, ad, cval, it0, it1):
                 _load(X, vals[r0:r0 + PW], src, ((n * D + sz) * H + sy) * W, tx, 0, PW, contig, cval)
         nn = 0
         for i in range(m):
-            if vals[i] == vals[i]:
+            if not math.isnan(vals[i]):
                 keep[nn] = i
                 nn += 1
         order = np.argsort(vals[keep[:nn]])
@@ -417,7 +419,7 @@ def _k_hist(X, O, G, tz, ty, tx, offs, rm, ad, cval, it0, it1):
             srt[i] = vals[e]
         k = nn
         for i in range(m):
-            if vals[i] != vals[i]:
+            if math.isnan(vals[i]):
                 rnk[i] = k
                 srt[k] = vals[i]
                 k += 1
