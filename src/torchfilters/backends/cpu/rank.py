@@ -106,8 +106,9 @@ def _network(m: int, kx: int, rank: int):
     """A comparator program for element ``rank`` of a box of ``m`` rows by ``kx`` columns.
 
     Stage 1 sorts each padded column (its ``m`` rows; Batcher's odd-even merge sort); stage 2
-    merges the ``kx`` sorted columns of each output (column ``c`` is stage 1's rows read ``c``
-    elements further on) and keeps what element ``rank`` depends on.  Returns ``(prog, nstage1,
+    sorts the rows of each output's ``kx`` sorted columns (column ``c`` is stage 1's rows read
+    ``c`` elements further on), drops the elements that order places below or above ``rank``,
+    merges the rest (sorted runs, one per row), and keeps only what element ``rank`` depends on.  Returns ``(prog, nstage1,
     nrows, res_row, res_shift)``: ``prog`` rows ``(op, dst, a, shift_a, b, shift_b)``."""
     ops = []
     state = {"next": m, "stage": 1}
@@ -144,13 +145,27 @@ def _network(m: int, kx: int, rank: int):
 
     cols = sort([(i, 0) for i in range(m)])
     state["stage"] = 2
-    lists = [[(r[0], c) for r in cols] for c in range(kx)]
-    while len(lists) > 1:
-        nxt = [merge(lists[i], lists[i + 1]) for i in range(0, len(lists) - 1, 2)]
-        if len(lists) % 2:
-            nxt.append(lists[-1])
-        lists = nxt
-    res = lists[0][rank]
+    # sort each row of the column-sorted window (the columns stay sorted): element (j, c) is then
+    # >= (j+1)(c+1) - 1 others and <= (m-j)(kx-c) - 1 others; those below / above rank for sure
+    # are dropped, the rest are sorted and element ``rank - below`` taken
+    n = m * kx
+    runs, below = [], 0
+    for j in range(m):
+        rowv = sort([(cols[j][0], c) for c in range(kx)])
+        run = []
+        for c, v in enumerate(rowv):
+            if (j + 1) * (c + 1) - 1 > rank:
+                continue  # above
+            if (m - j) * (kx - c) - 1 > n - 1 - rank:
+                below += 1
+                continue
+            run.append(v)
+        if run:
+            runs.append(run)  # a sorted run
+    while len(runs) > 1:
+        runs.sort(key=len)  # the shortest two first
+        runs = [merge(runs[0], runs[1])] + runs[2:]
+    res = runs[0][rank - below]
     live = {res[0]}
     kept = []
     for op in reversed(ops):
@@ -246,8 +261,11 @@ def rank_forward(x, spec, out=None):
     elif p.algo == "net":
         prog, n1, nrows, rr, rs = p.net
         CH = min(W, 256)
-        G = np.asarray([N, D, H, W, kz, ky, kx, nrows, CH, n1, rr, rs], np.int64)
-        _launch(_k_net, (X, O, G, tz, ty, tx, prog, cval), N * D * H, nt, serial)
+        RB = max(1, min(H, (64 << 10) // (nrows * (CH + kx - 1) * X.itemsize)))
+        G = np.asarray([N, D, H, W, kz, ky, kx, nrows, CH, n1, rr, rs, RB], np.int64)
+        it, K = _KEYS[X.dtype.type]
+        cbits = np.asarray(cval).view(it)[()]
+        _launch(_k_net, (X.view(it), O.view(it), G, tz, ty, tx, prog, K, cbits), N * D * -(-H // RB), nt, serial)
     elif p.algo == "hist":
         BH = min(H, max(16, 2 * ky))
         nb = -(-H // BH)
@@ -257,6 +275,13 @@ def rank_forward(x, spec, out=None):
         G = np.asarray([N, D, H, W, p.count, p.rank], np.int64)
         _launch(_k_sel, (X, O, G, tz, ty, tx, p.offs, cval), N * D * H, nt, serial)
     return _deliver(o, direct, x, out)
+
+
+#: integer view and key constants (``rank_kernels._key``) per compute dtype
+_KEYS = {
+    np.float32: (np.int32, np.asarray([31, 0x7FFFFFFF, -0x7F800000 - 1, 0x7FFFFFFF], np.int64)),
+    np.float64: (np.int64, np.asarray([63, 0x7FFFFFFFFFFFFFFF, -0x7FF0000000000000 - 1, 0x7FFFFFFFFFFFFFFF], np.int64)),
+}
 
 
 def _vh(X, O, planes, NR, RL, HO, WO, ky, kx, ty, tx, cval, ismax, nt, serial):

@@ -209,22 +209,39 @@ def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
 # ----------------------------------------------------------------------------- networks
 
 
-@njit(**_JIT)
-def _k_net(X, O, G, tz, ty, tx, prog, cval, it0, it1):
-    """A small box, any rank, by a comparator program; items are output rows ``(n, z, y)``.
+@njit(inline="always", **_JIT)
+def _key(b, K):
+    """Float bits (as a signed integer) -> an integer that orders as the float, NaN last (one
+    NaN: ``K[3]``); ``K = [width - 1, sign-less mask, key of -inf, canonical NaN]``."""
+    k = b ^ ((b >> K[0]) & K[1])
+    return K[3] if k < K[2] else k
 
-    ``G = [N, D, H, W, kz, ky, kx, nrows, CH, nstage1, res_row, res_shift]``; ``prog`` rows
+
+@njit(inline="always", **_JIT)
+def _unkey(k, K):
+    return k ^ ((k >> K[0]) & K[1])
+
+
+@njit(**_JIT)
+def _k_net(X, O, G, tz, ty, tx, prog, K, cbits, it0, it1):
+    """A small box, any rank, by a comparator program on integer keys (``_key``: min and max
+    are single vector instructions); items are blocks of ``RB`` output rows of one plane.
+
+    ``X``/``O`` are the float data viewed as signed integers of their width, ``cbits`` is ``cval``'s bits.
+    ``G = [N, D, H, W, kz, ky, kx, nrows, CH, nstage1, res_row, res_shift, RB]``; ``prog`` rows
     ``(op, dst, a, sa, b, sb)`` (op 0: min, 1: max), the first ``nstage1`` over the padded
-    chunk, the rest over the output chunk."""
+    rows, the rest over the outputs; the block's rows lie side by side in each program row."""
     D, H, W, kz, ky, kx = G[1], G[2], G[3], G[4], G[5], G[6]
-    nrows, CH, ns1, rr, rs = G[7], G[8], G[9], G[10], G[11]
-    B = np.empty((nrows, CH + kx - 1), X.dtype)
+    nrows, CH, ns1, rr, rs, RB = G[7], G[8], G[9], G[10], G[11], G[12]
+    nby = -(-H // RB)
+    B = np.empty((nrows, RB * (CH + kx - 1)), X.dtype)
+    R = np.empty(CH + kx - 1, X.dtype)
     nops = prog.shape[0]
     for it in range(it0, it1):
-        n = it // (D * H)
-        z = (it // H) % D
-        y = it % H
-        ob = it * W
+        n = it // (D * nby)
+        z = (it // nby) % D
+        y0 = (it % nby) * RB
+        rb = min(H, y0 + RB) - y0
         for x0 in range(0, W, CH):
             cw = min(W, x0 + CH) - x0
             pw = cw + kx - 1
@@ -232,32 +249,40 @@ def _k_net(X, O, G, tz, ty, tx, prog, cval, it0, it1):
             for t in range(pw):
                 if tx[x0 + t] != tx[x0] + t:
                     contig = False
-            for jz in range(kz):
-                sz = tz[z + jz]
-                for jy in range(ky):
-                    sy = ty[y + jy]
-                    src = -1 if sz < 0 or sy < 0 else 0
-                    _load(X, B[jz * ky + jy], src, ((n * D + sz) * H + sy) * W, tx, x0, pw, contig, cval)
+            for r in range(rb):
+                for jz in range(kz):
+                    sz = tz[z + jz]
+                    for jy in range(ky):
+                        sy = ty[y0 + r + jy]
+                        src = -1 if sz < 0 or sy < 0 else 0
+                        _load(X, R, src, ((n * D + sz) * H + sy) * W, tx, x0, pw, contig, cbits)
+                        Bs = B[jz * ky + jy, r * pw:(r + 1) * pw]
+                        for t in range(pw):
+                            Bs[t] = _key(R[t], K)
+            w1 = rb * pw
+            w2 = w1 - kx + 1
             for p in range(nops):
                 op = prog[p, 0]
                 rd = B[prog[p, 1]]
                 ra = B[prog[p, 2], prog[p, 3]:]
-                rb = B[prog[p, 4], prog[p, 5]:]
-                w = pw if p < ns1 else cw
+                rbv = B[prog[p, 4], prog[p, 5]:]
+                w = w1 if p < ns1 else w2
                 if op == 0:
                     for t in range(w):
                         a = ra[t]
-                        b = rb[t]
-                        rd[t] = _sel((a < b) | math.isnan(b), a, b)
+                        b = rbv[t]
+                        rd[t] = _sel(a < b, a, b)
                 else:
                     for t in range(w):
                         a = ra[t]
-                        b = rb[t]
-                        rd[t] = _sel((a < b) | math.isnan(b), b, a)
-            res = B[rr, rs:]
-            Os = O[ob + x0:ob + x0 + cw]
-            for t in range(cw):
-                Os[t] = res[t]
+                        b = rbv[t]
+                        rd[t] = _sel(a < b, b, a)
+            for r in range(rb):
+                res = B[rr, r * pw + rs:]
+                ob = ((n * D + z) * H + y0 + r) * W + x0
+                Os = O[ob:ob + cw]
+                for t in range(cw):
+                    Os[t] = _unkey(res[t], K)
 
 
 # ----------------------------------------------------------------------------- selection
