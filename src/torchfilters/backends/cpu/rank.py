@@ -261,7 +261,7 @@ def rank_forward(x, spec, out=None):
     elif p.algo == "net":
         prog, n1, nrows, rr, rs = p.net
         CH = min(W, 256)
-        RB = max(1, min(H, (64 << 10) // (nrows * (CH + kx - 1) * X.itemsize)))
+        RB = max(1, min(H, (40 << 10) // (nrows * (CH + kx - 1) * X.itemsize)))
         G = np.asarray([N, D, H, W, kz, ky, kx, nrows, CH, n1, rr, rs, RB], np.int64)
         it, K = _KEYS[X.dtype.type]
         cbits = np.asarray(cval).view(it)[()]

@@ -79,20 +79,44 @@ def _eq(a, b):
 
 
 @njit(inline="always", **_JIT)
-def _load(X, R, src, base, tx, x0, pw, contig, cval):
-    """Padded columns ``x0 .. x0+pw`` of source row ``src`` (row offset ``base``) into ``R``."""
-    if src < 0:
-        for t in range(pw):
-            R[t] = cval
-    elif contig:
-        b = base + tx[x0]
-        Xs = X[b:b + pw]  # (views indexed by the loop counter: no wraparound checks, vectors)
-        for t in range(pw):
-            R[t] = Xs[t]
-    else:
-        for t in range(pw):
-            c = tx[x0 + t]
-            R[t] = X[base + c] if c >= 0 else cval
+def _runs(tx, x0, pw, RU):
+    """Split padded columns ``x0 .. x0+pw`` into runs ``(t0, t1, c0)`` of consecutive source
+    columns from ``c0`` (``c0 = -1``: padding); returns their number."""
+    nr = 0
+    t = 0
+    while t < pw:
+        c = tx[x0 + t]
+        e = t + 1
+        if c >= 0:
+            while e < pw and tx[x0 + e] == c + e - t:
+                e += 1
+        else:
+            while e < pw and tx[x0 + e] < 0:
+                e += 1
+        RU[nr, 0] = t
+        RU[nr, 1] = e
+        RU[nr, 2] = c
+        nr += 1
+        t = e
+    return nr
+
+
+@njit(inline="always", **_JIT)
+def _load(X, R, src, base, RU, nr, cval):
+    """The padded columns described by ``RU`` (``_runs``) of source row ``src`` (offset
+    ``base``; ``src < 0``: padding) into ``R``; each run one vector copy."""
+    for i in range(nr):
+        t0 = RU[i, 0]
+        n = RU[i, 1] - t0
+        c0 = RU[i, 2]
+        Rs = R[t0:t0 + n]
+        if src < 0 or c0 < 0:
+            for t in range(n):
+                Rs[t] = cval
+        else:
+            Xs = X[base + c0:base + c0 + n]  # (views indexed by the loop counter: vectors)
+            for t in range(n):
+                Rs[t] = Xs[t]
 
 
 @njit(inline="always", **_JIT)
@@ -133,6 +157,7 @@ def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
     ``G = [NR, RL, HO, WO, ky, kx, CW, nstrips]``: ``HO`` output rows of ``WO`` elements."""
     NR, RL, HO, WO, ky, kx, CW, ns = G[0], G[1], G[2], G[3], G[4], G[5], G[6], G[7]
     pwmax = min(CW, WO) + kx - 1
+    RU = np.empty((pwmax, 3), np.int64)
     S = np.empty((max(ky, 1), pwmax), X.dtype)
     P = np.empty(pwmax, X.dtype)
     R = np.empty(pwmax, X.dtype)
@@ -143,10 +168,7 @@ def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
         x0 = (it % ns) * CW
         cw = min(WO, x0 + CW) - x0
         pw = cw + kx - 1
-        contig = tx[x0] >= 0
-        for t in range(pw):
-            if tx[x0 + t] != tx[x0] + t:
-                contig = False
+        nr = _runs(tx, x0, pw, RU)
         pb = n * NR * RL
         ob = n * HO * WO + x0
         npad = HO + ky - 1
@@ -155,22 +177,22 @@ def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
             for q in range(min(ky, npad) - 1, -1, -1):
                 src = ty[q]
                 if q == min(ky, npad) - 1:
-                    _load(X, S[q], src, pb + src * RL, tx, x0, pw, contig, cval)
+                    _load(X, S[q], src, pb + src * RL, RU, nr, cval)
                 else:
-                    _load(X, R, src, pb + src * RL, tx, x0, pw, contig, cval)
+                    _load(X, R, src, pb + src * RL, RU, nr, cval)
                     _comb(R, S[q + 1], S[q], pw, ismax)
         for y in range(HO):
             j = y % ky
             if ky == 1:
                 src = ty[y]
-                _load(X, V, src, pb + src * RL, tx, x0, pw, contig, cval)
+                _load(X, V, src, pb + src * RL, RU, nr, cval)
             else:
                 q = y + ky - 1
                 src = ty[q]
                 if j == 0:
-                    _load(X, P, src, pb + src * RL, tx, x0, pw, contig, cval)
+                    _load(X, P, src, pb + src * RL, RU, nr, cval)
                 else:
-                    _load(X, R, src, pb + src * RL, tx, x0, pw, contig, cval)
+                    _load(X, R, src, pb + src * RL, RU, nr, cval)
                     _comb(P, R, P, pw, ismax)
                 _comb(S[j], P, V, pw, ismax)
             # the row pass: doubling
@@ -200,9 +222,9 @@ def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
                 for q in range(top, b0 - 1, -1):
                     src = ty[q]
                     if q == top:
-                        _load(X, S[q - b0], src, pb + src * RL, tx, x0, pw, contig, cval)
+                        _load(X, S[q - b0], src, pb + src * RL, RU, nr, cval)
                     else:
-                        _load(X, R, src, pb + src * RL, tx, x0, pw, contig, cval)
+                        _load(X, R, src, pb + src * RL, RU, nr, cval)
                         _comb(R, S[q - b0 + 1], S[q - b0], pw, ismax)
 
 
@@ -210,16 +232,16 @@ def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
 
 
 @njit(inline="always", **_JIT)
-def _key(b, K):
+def _key(b, sh, mask, kinf, knan):
     """Float bits (as a signed integer) -> an integer that orders as the float, NaN last (one
-    NaN: ``K[3]``); ``K = [width - 1, sign-less mask, key of -inf, canonical NaN]``."""
-    k = b ^ ((b >> K[0]) & K[1])
-    return K[3] if k < K[2] else k
+    NaN: ``knan``); ``K = [sh, mask, kinf, knan]``: width - 1, sign-less mask, key of -inf."""
+    k = b ^ ((b >> sh) & mask)
+    return knan if k < kinf else k
 
 
 @njit(inline="always", **_JIT)
-def _unkey(k, K):
-    return k ^ ((k >> K[0]) & K[1])
+def _unkey(k, sh, mask):
+    return k ^ ((k >> sh) & mask)
 
 
 @njit(**_JIT)
@@ -234,8 +256,9 @@ def _k_net(X, O, G, tz, ty, tx, prog, K, cbits, it0, it1):
     D, H, W, kz, ky, kx = G[1], G[2], G[3], G[4], G[5], G[6]
     nrows, CH, ns1, rr, rs, RB = G[7], G[8], G[9], G[10], G[11], G[12]
     nby = -(-H // RB)
+    sh, mask, kinf, knan = K[0], K[1], K[2], K[3]  # (scalars: loads in the loops would alias)
     B = np.empty((nrows, RB * (CH + kx - 1)), X.dtype)
-    R = np.empty(CH + kx - 1, X.dtype)
+    RU = np.empty((CH + kx - 1, 3), np.int64)
     nops = prog.shape[0]
     for it in range(it0, it1):
         n = it // (D * nby)
@@ -245,20 +268,28 @@ def _k_net(X, O, G, tz, ty, tx, prog, K, cbits, it0, it1):
         for x0 in range(0, W, CH):
             cw = min(W, x0 + CH) - x0
             pw = cw + kx - 1
-            contig = tx[x0] >= 0
-            for t in range(pw):
-                if tx[x0 + t] != tx[x0] + t:
-                    contig = False
+            nr = _runs(tx, x0, pw, RU)
             for r in range(rb):
                 for jz in range(kz):
                     sz = tz[z + jz]
                     for jy in range(ky):
                         sy = ty[y0 + r + jy]
                         src = -1 if sz < 0 or sy < 0 else 0
-                        _load(X, R, src, ((n * D + sz) * H + sy) * W, tx, x0, pw, contig, cbits)
+                        base = ((n * D + sz) * H + sy) * W
                         Bs = B[jz * ky + jy, r * pw:(r + 1) * pw]
-                        for t in range(pw):
-                            Bs[t] = _key(R[t], K)
+                        for i in range(nr):
+                            t0 = RU[i, 0]
+                            m = RU[i, 1] - t0
+                            c0 = RU[i, 2]
+                            Rs = Bs[t0:t0 + m]
+                            if src < 0 or c0 < 0:
+                                kc = _key(cbits, sh, mask, kinf, knan)
+                                for t in range(m):
+                                    Rs[t] = kc
+                            else:
+                                Xs = X[base + c0:base + c0 + m]
+                                for t in range(m):
+                                    Rs[t] = _key(Xs[t], sh, mask, kinf, knan)
             w1 = rb * pw
             w2 = w1 - kx + 1
             for p in range(nops):
@@ -282,7 +313,7 @@ def _k_net(X, O, G, tz, ty, tx, prog, K, cbits, it0, it1):
                 ob = ((n * D + z) * H + y0 + r) * W + x0
                 Os = O[ob:ob + cw]
                 for t in range(cw):
-                    Os[t] = _unkey(res[t], K)
+                    Os[t] = _unkey(res[t], sh, mask)
 
 
 # ----------------------------------------------------------------------------- selection
@@ -413,10 +444,8 @@ def _k_hist(X, O, G, tz, ty, tx, offs, rm, ad, cval, it0, it1):
     Wd = np.zeros(nw, np.uint64)
     G1 = np.zeros(nw // 8 + 8, np.int32)
     G2 = np.zeros(nw // 64 + 8, np.int32)
-    contig = tx[0] >= 0
-    for t in range(PW):
-        if tx[t] != tx[0] + t:
-            contig = False
+    RU = np.empty((PW, 3), np.int64)
+    nr = _runs(tx, 0, PW, RU)
     for it in range(it0, it1):
         n = it // (D * nb)
         z = (it // nb) % D
@@ -431,7 +460,7 @@ def _k_hist(X, O, G, tz, ty, tx, offs, rm, ad, cval, it0, it1):
                 sy = ty[y0 + py]
                 src = -1 if sz < 0 or sy < 0 else 0
                 r0 = (jz * rh + py) * PW
-                _load(X, vals[r0:r0 + PW], src, ((n * D + sz) * H + sy) * W, tx, 0, PW, contig, cval)
+                _load(X, vals[r0:r0 + PW], src, ((n * D + sz) * H + sy) * W, RU, nr, cval)
         nn = 0
         for i in range(m):
             if not math.isnan(vals[i]):
