@@ -120,6 +120,17 @@ def _load(X, R, src, base, RU, nr, cval):
 
 
 @njit(inline="always", **_JIT)
+def _row(X, R, src, base, RU, nr, cval, pw):
+    """Source row ``src``'s padded columns: a view of ``X`` when they are one run, else
+    loaded into ``R`` (``_load``)."""
+    if src >= 0 and nr == 1 and RU[0, 2] >= 0:
+        b = base + RU[0, 2]
+        return X[b:b + pw]
+    _load(X, R, src, base, RU, nr, cval)
+    return R
+
+
+@njit(inline="always", **_JIT)
 def _comb(A, B, C, n, ismax):
     """``C = op(A, B)`` over ``n`` elements."""
     if ismax:
@@ -174,13 +185,13 @@ def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
         npad = HO + ky - 1
         # suffix maxima of block 0 (rows ky-1 .. 0)
         if ky > 1:
-            for q in range(min(ky, npad) - 1, -1, -1):
+            top = min(ky, npad) - 1
+            for q in range(top, -1, -1):
                 src = ty[q]
-                if q == min(ky, npad) - 1:
+                if q == top:
                     _load(X, S[q], src, pb + src * RL, RU, nr, cval)
                 else:
-                    _load(X, R, src, pb + src * RL, RU, nr, cval)
-                    _comb(R, S[q + 1], S[q], pw, ismax)
+                    _comb(_row(X, R, src, pb + src * RL, RU, nr, cval, pw), S[q + 1], S[q], pw, ismax)
         for y in range(HO):
             j = y % ky
             if ky == 1:
@@ -192,8 +203,7 @@ def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
                 if j == 0:
                     _load(X, P, src, pb + src * RL, RU, nr, cval)
                 else:
-                    _load(X, R, src, pb + src * RL, RU, nr, cval)
-                    _comb(P, R, P, pw, ismax)
+                    _comb(P, _row(X, R, src, pb + src * RL, RU, nr, cval, pw), P, pw, ismax)
                 _comb(S[j], P, V, pw, ismax)
             # the row pass: doubling
             o = ob + y * WO
@@ -224,8 +234,7 @@ def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
                     if q == top:
                         _load(X, S[q - b0], src, pb + src * RL, RU, nr, cval)
                     else:
-                        _load(X, R, src, pb + src * RL, RU, nr, cval)
-                        _comb(R, S[q - b0 + 1], S[q - b0], pw, ismax)
+                        _comb(_row(X, R, src, pb + src * RL, RU, nr, cval, pw), S[q - b0 + 1], S[q - b0], pw, ismax)
 
 
 # ----------------------------------------------------------------------------- networks
