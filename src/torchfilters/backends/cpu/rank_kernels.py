@@ -34,6 +34,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .prims import _JIT, _sel
+from .rank_nets import _g1, _g2
 
 # ----------------------------------------------------------------------------- primitives
 
@@ -254,14 +255,15 @@ def _unkey(k, sh, mask):
 
 
 @njit(**_JIT)
-def _k_net(X, O, G, tz, ty, tx, prog, K, cbits, it0, it1):
+def _k_net(X, O, G, tz, ty, tx, prog, K, cbits, gen, it0, it1):
     """A small box, any rank, by a comparator program on integer keys (``_key``: min and max
     are single vector instructions); items are blocks of ``RB`` output rows of one plane.
 
     ``X``/``O`` are the float data viewed as signed integers of their width, ``cbits`` is ``cval``'s bits.
     ``G = [N, D, H, W, kz, ky, kx, nrows, CH, nstage1, res_row, res_shift, RB]``; ``prog`` rows
     ``(op, dst, a, sa, b, sb)`` (op 0: min, 1: max), the first ``nstage1`` over the padded
-    rows, the rest over the outputs; the block's rows lie side by side in each program row."""
+    rows, the rest over the outputs; the block's rows lie side by side in each program row.
+    ``gen > 0``: stage 2 is the generated function ``rank_nets._g<gen>`` (values in registers)."""
     D, H, W, kz, ky, kx = G[1], G[2], G[3], G[4], G[5], G[6]
     nrows, CH, ns1, rr, rs, RB = G[7], G[8], G[9], G[10], G[11], G[12]
     nby = -(-H // RB)
@@ -301,7 +303,7 @@ def _k_net(X, O, G, tz, ty, tx, prog, K, cbits, it0, it1):
                                     Rs[t] = _key(Xs[t], sh, mask, kinf, knan)
             w1 = rb * pw
             w2 = w1 - kx + 1
-            for p in range(nops):
+            for p in range(nops if gen == 0 else ns1):
                 op = prog[p, 0]
                 rd = B[prog[p, 1]]
                 ra = B[prog[p, 2], prog[p, 3]:]
@@ -317,6 +319,10 @@ def _k_net(X, O, G, tz, ty, tx, prog, K, cbits, it0, it1):
                         a = ra[t]
                         b = rbv[t]
                         rd[t] = _sel(a < b, b, a)
+            if gen == 1:
+                _g1(B, w2)
+            elif gen == 2:
+                _g2(B, w2)
             for r in range(rb):
                 res = B[rr, r * pw + rs:]
                 ob = ((n * D + z) * H + y0 + r) * W + x0
