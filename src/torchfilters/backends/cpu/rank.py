@@ -81,6 +81,13 @@ def _plan(spec, sizes):
     kx = shape[2]
     p.rm = np.asarray([o for o in offs if (o[0], o[1], o[2] - 1) not in fp], np.int64).reshape(-1, 3)
     p.ad = np.asarray([o for o in offs if (o[0], o[1], o[2] + 1) not in fp], np.int64).reshape(-1, 3)
+    runs = []
+    for o in offs:  # (C order: a run's elements are consecutive)
+        if runs and runs[-1][:2] == [o[0], o[1]] and runs[-1][3] == o[2]:
+            runs[-1][3] += 1
+        else:
+            runs.append([o[0], o[1], o[2], o[2] + 1])
+    p.runs = np.asarray(runs, np.int64).reshape(-1, 4)
     box = p.count == math.prod(shape)
     algo = _FORCE
     if algo is None or (algo == "vh" and not (box and spec.rank in (0, p.count - 1))) or (algo == "net" and not box):
@@ -329,10 +336,10 @@ def rank_backward(grad, x, y, spec, out=None):
     args = (_flat(xs), _flat(ys), _flat(gs))
     if banded:
         Bf = np.zeros(N * nb * D * RH * W, xs.numpy().dtype)
-        _launch(_k_bwd, args + (Bf, G, tz, ty, tx, p.offs, cval), N * nb, nt, False)
+        _launch(_k_bwd, args + (Bf, G, tz, ty, tx, p.runs, cval), N * nb, nt, False)
         _launch(_k_merge, (_flat(A), Bf, G, ty), N, nt, serial)
     else:
-        _launch(_k_bwd, args + (_flat(A), G, tz, ty, tx, p.offs, cval), N, nt, serial)
+        _launch(_k_bwd, args + (_flat(A), G, tz, ty, tx, p.runs, cval), N, nt, serial)
     return _deliver(A, direct, x, out)
 
 

@@ -512,53 +512,80 @@ def _k_hist(X, O, G, tz, ty, tx, offs, rm, ad, cval, it0, it1):
 
 
 @njit(**_JIT)
-def _k_bwd(X, Y, Gr, A, G, tz, ty, tx, offs, cval, it0, it1):
+def _k_bwd(X, Y, Gr, A, G, tz, ty, tx, runs, cval, it0, it1):
     """Scatter each output's gradient to its selected window element.
 
-    ``G = [N, D, H, W, count, rank, BH, nbands, banded, RH]``; items ``(n, band)`` of ``BH``
-    output rows (all z).  ``banded``: into ``A`` = private buffers ``(items, D, RH, W)`` in
-    padded rows (``_k_merge`` folds them), else straight into ``A`` (``(N, D, H, W)``; one item
-    per plane)."""
-    D, H, W, count, rank, BH, nb, banded, RH = G[1], G[2], G[3], G[4], G[5], G[6], G[7], G[8], G[9]
-    RB = np.empty(count, np.int64)
-    AB = np.empty(count, np.int64)
-    eq = np.empty(count, np.int64)
+    ``G = [N, D, H, W, count, rank, BH, nbands, banded, RH]``; ``runs`` the footprint as runs
+    ``(jz, jy, jx0, jx1)`` in its C order.  Items ``(n, band)`` of ``BH`` output rows (all z).
+    ``banded``: into ``A`` = private buffers ``(items, D, RH, W)`` in padded rows (``_k_merge``
+    folds them), else straight into ``A`` (``(N, D, H, W)``; one item per plane).  Per output:
+    count the window's elements below ``y`` and equal to it, run by run (a run of consecutive
+    source columns is one vector reduction), then find the ``(rank - below)``-th equal one."""
+    D, H, W, rank, BH, nb, banded, RH = G[1], G[2], G[3], G[5], G[6], G[7], G[8], G[9]
+    nr = runs.shape[0]
+    RB = np.empty(nr, np.int64)
+    AB = np.empty(nr, np.int64)
+    CE = np.empty(nr, np.int64)
     for it in range(it0, it1):
         n = it // nb
         y0 = (it % nb) * BH
         y1 = min(H, y0 + BH)
         for z in range(D):
             for y in range(y0, y1):
-                _rowbases(RB, offs, tz, ty, n, z, y, D, H, W)
-                for t in range(count):
-                    sz = tz[z + offs[t, 0]]
+                for r in range(nr):
+                    sz = tz[z + runs[r, 0]]
+                    sy = ty[y + runs[r, 1]]
+                    RB[r] = -1 if sz < 0 or sy < 0 else ((n * D + sz) * H + sy) * W
                     if banded:
-                        AB[t] = -1 if RB[t] < 0 else ((it * D + sz) * RH + y - y0 + offs[t, 1]) * W
+                        AB[r] = -1 if RB[r] < 0 else ((it * D + sz) * RH + y - y0 + runs[r, 1]) * W
                     else:
-                        AB[t] = RB[t]
+                        AB[r] = RB[r]
                 o = ((n * D + z) * H + y) * W
                 for x in range(W):
                     g = Gr[o + x]
                     if g == 0:
                         continue
                     yv = Y[o + x]
+                    ynan = math.isnan(yv)
                     cl = 0
-                    ne = 0
-                    for t in range(count):
-                        c = tx[x + offs[t, 2]]
-                        rb = RB[t]
-                        v = cval if rb < 0 or c < 0 else X[rb + c]
-                        if _lt(v, yv):
-                            cl += 1
-                        elif _eq(v, yv):
-                            eq[ne] = t
-                            ne += 1
+                    for r in range(nr):
+                        a = x + runs[r, 2]
+                        L = runs[r, 3] - runs[r, 2]
+                        rb = RB[r]
+                        c0 = tx[a]
+                        ce = 0
+                        if rb >= 0 and c0 >= 0 and tx[a + L - 1] - c0 == L - 1:
+                            Xs = X[rb + c0:rb + c0 + L]
+                            for u in range(L):
+                                v = Xs[u]
+                                vn = math.isnan(v)
+                                cl += (v < yv) | (ynan & (not vn))
+                                ce += (v == yv) | (ynan & vn)
+                        else:
+                            for u in range(L):
+                                c = tx[a + u]
+                                v = cval if rb < 0 or c < 0 else X[rb + c]
+                                cl += _lt(v, yv)
+                                ce += _eq(v, yv)
+                        CE[r] = ce
                     j = rank - cl
-                    if 0 <= j < ne:
-                        t = eq[j]
-                        c = tx[x + offs[t, 2]]
-                        if AB[t] >= 0 and c >= 0:
-                            A[AB[t] + c] += g
+                    if j < 0:
+                        continue
+                    for r in range(nr):
+                        if j < CE[r]:
+                            a = x + runs[r, 2]
+                            rb = RB[r]
+                            for u in range(runs[r, 3] - runs[r, 2]):
+                                c = tx[a + u]
+                                v = cval if rb < 0 or c < 0 else X[rb + c]
+                                if _eq(v, yv):
+                                    if j == 0:
+                                        if AB[r] >= 0 and c >= 0:
+                                            A[AB[r] + c] += g
+                                        break
+                                    j -= 1
+                            break
+                        j -= CE[r]
 
 
 @njit(**_JIT)
