@@ -554,7 +554,7 @@ def _k_bwd(X, Y, Gr, A, G, tz, ty, tx, runs, cval, it0, it1):
                         rb = RB[r]
                         c0 = tx[a]
                         ce = 0
-                        if rb >= 0 and c0 >= 0 and tx[a + L - 1] - c0 == L - 1:
+                        if L >= 8 and rb >= 0 and c0 >= 0 and tx[a + L - 1] - c0 == L - 1:
                             Xs = X[rb + c0:rb + c0 + L]
                             for u in range(L):
                                 v = Xs[u]
