@@ -10,17 +10,19 @@ value ``cval``).  Order: ``numpy.sort``'s (NaN after ``+inf``).
   view, per strip of columns: van Herk/Gil-Werman down the rows (constant work, vector ops over
   the strip), then the row pass by doubling (``ceil(log2 k)`` vector ops) in cache.  A z-pass
   is the same kernel on ``(N, D, H*W)`` with a row pass of 1.
-* :func:`_k_net` -- small boxes, any rank: a comparator program (``rank._network``): the sorted
-  columns of each output row once, then a merge of ``kx`` sorted columns pruned to the one rank,
-  every instruction one vector op over a chunk of the row.
+* :func:`_k_net` -- small boxes, any rank: a comparator program (``rank._network``) on integer
+  keys (``_key``: min/max are single vector instructions) over a block of rows: the sorted
+  columns once per padded column, then per output the rows sorted, the elements the order
+  rules out dropped, the rest merged -- every instruction one vector op over the block; the 3x3
+  and 5x5 medians run that second stage as generated straight-line code (``rank_nets``).
 * :func:`_k_sel` -- any footprint: gather the window, NaN counted apart, quickselect.
 * :func:`_k_hist` -- large windows: per band of rows the band's values ranked once (a sort),
   then per output row a sliding window of ranks in a three-level bit histogram (add/remove the
   footprint's run ends per step, the rank-th set bit by counts).
-* :func:`_k_bwd` / :func:`_k_merge` -- the backward: per output, scan its window (footprint order)
-  for the element the stable order puts at ``rank`` given the forward value ``y``; scatter the
-  gradient per plane, or per band into private buffers merged per plane (no two threads write
-  one element).
+* :func:`_k_bwd` / :func:`_k_merge` -- the backward: per output, scan its window (footprint order,
+  run by run of consecutive columns) for the element the stable order puts at ``rank`` given
+  the forward value ``y``; scatter the gradient per plane, or per band into private buffers
+  merged per plane (no two threads write one element).
 """
 
 from __future__ import annotations
