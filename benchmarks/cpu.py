@@ -9,6 +9,7 @@ Sections (``--only``):
   v        3-D volumes: Sobel gradient magnitude (2, 1, 128^3) and gaussian_filter sigma=2 (1, 1, 192^3)
   d        time per element from 1e4 to 4e8 elements, and call latency at (1, 1, 28, 28)
   lap      laplace and uniform_filter(size=5) on (64, 64, 64, 64); gaussian_laplace(sigma=2) on 4096x4096
+  rank     maximum_filter(size=15) on 4096x4096; median_filter(size=3, 5) on (64, 3, 256, 256)
   canny    canny on (16, 1, 512, 512) float32 (camera + noise) against scikit-image and OpenCV
   startup  the first call of a fresh process, with an empty and with a warm numba cache
 
@@ -282,6 +283,72 @@ def section_c():
             ratio_line(f"{t / t_new:.1f}x faster than {lab}{tgt}; with out=: {t / t_out:.1f}x")
         del x, y
         fresh()
+
+
+# -------------------------------------------------------------------------- (rank)
+
+
+def section_rank():
+    print("\n(rank) maximum_filter(size=15) on one 4096x4096 image, float32, mode='reflect'")
+    S = "rank max15"
+    x = torch.randn(4096, 4096)
+    y = torch.empty_like(x)
+    t_new = row(S, "torchfilters.maximum_filter(x, size=15)", median(lambda: tf.maximum_filter(x, size=15)))
+    t_out = row(S, "torchfilters.maximum_filter(x, size=15, out=y)", median(lambda: tf.maximum_filter(x, size=15, out=y)))
+    t_floor = row(S, "floor: torch.neg(x, out=y)", median(lambda: torch.neg(x, out=y)))
+    ratio_line(f"{t_new / t_floor:.2f}x the floor (target <= 3x); with out=: {t_out / t_floor:.2f}x")
+    if ndi is not None:
+        xn = x.numpy()
+        t = row(S, "SciPy ndimage.maximum_filter(size=15)", median(lambda: ndi.maximum_filter(xn, size=15), slow=True))
+        ratio_line(f"{t / t_new:.1f}x faster than SciPy (target >= 10x); with out=: {t / t_out:.1f}x")
+    if cv2 is not None:
+        xn = x.numpy()
+        k = np.ones((15, 15), np.uint8)
+        t = row(S, "OpenCV dilate (15x15 ones)", median(lambda: cv2.dilate(xn, k, borderType=cv2.BORDER_REFLECT)))
+        ratio_line(f"{t / t_new:.2f}x the time of OpenCV dilate")
+    del x, y
+    fresh()
+    shape = (64, 3, 256, 256)
+    x = torch.randn(*shape)
+    y = torch.empty_like(x)
+    t_floor = None
+    for k in (3, 5):
+        print(f"\n(rank) median_filter(size={k}) on {shape} float32, mode='reflect'")
+        S = f"rank median{k}"
+        t_new = row(S, f"torchfilters.median_filter(x, size={k})", median(lambda: tf.median_filter(x, size=k)))
+        t_out = row(S, f"torchfilters.median_filter(x, size={k}, out=y)", median(lambda: tf.median_filter(x, size=k, out=y)))
+        if t_floor is None:
+            t_floor = median(lambda: torch.neg(x, out=y))
+        row(S, "floor: torch.neg(x, out=y)", t_floor)
+        ratio_line(f"{t_new / t_floor:.2f}x the floor; with out=: {t_out / t_floor:.2f}x")
+        others = {}
+        if ndi is not None:
+            xn = x.numpy()
+            part = 8  # SciPy on 8 samples, scaled to the batch (it is single-threaded and linear)
+
+            def scipy_slices():
+                for s in xn[:part].reshape(-1, 256, 256):
+                    ndi.median_filter(s, size=k)
+
+            others["SciPy ndimage.median_filter per slice (8 samples, x8)"] = median(scipy_slices, slow=True) * (
+                shape[0] // part)
+        if cv2 is not None:
+            hwc = [np.ascontiguousarray(s.transpose(1, 2, 0)) for s in x.numpy()]
+
+            def opencv_per_sample():
+                for img in hwc:
+                    cv2.medianBlur(img, k)
+
+            others["OpenCV medianBlur per sample (HWC float32)"] = median(opencv_per_sample)
+        if kornia is not None:
+            others["Kornia median_blur"] = median(lambda: kornia.filters.median_blur(x, (k, k)), slow=True)
+        for lab, t in others.items():
+            row(S, lab, t)
+        for lab, t in others.items():
+            tgt = {"SciPy": " (target >= 20x)"}.get(lab.split()[0], " (target > 1x)")
+            ratio_line(f"{t / t_new:.1f}x faster than {lab}{tgt}; with out=: {t / t_out:.1f}x")
+    del x, y
+    fresh()
 
 
 # --------------------------------------------------------------------------- (lap)
@@ -692,7 +759,8 @@ def main(argv=None):
     global QUICK
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="smaller repeat counts")
-    p.add_argument("--only", default="a,b,a2,c,v,lap,canny,d,startup", help="comma-separated sections (default: all)")
+    p.add_argument("--only", default="a,b,a2,c,v,lap,rank,canny,d,startup",
+                   help="comma-separated sections (default: all)")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
     args = p.parse_args(argv)
     QUICK = args.quick
@@ -704,7 +772,8 @@ def main(argv=None):
     tf.gradient_magnitude(torch.randn(2, 3, 28, 28))
     print(f"first torchfilters call: {time.perf_counter() - t0:.2f} s")
     sections = {"a": section_a, "b": section_b, "a2": section_a2, "c": section_c, "v": section_v,
-                "lap": section_lap, "canny": section_canny, "d": section_d, "startup": section_startup}
+                "lap": section_lap, "rank": section_rank, "canny": section_canny, "d": section_d,
+                "startup": section_startup}
     for name in args.only.split(","):
         sections[name.strip()]()
     end = _load_change(start)
