@@ -207,3 +207,15 @@ def test_networks_sort():
                     B[d, :w] = f(B[a, sa:sa + w], B[b, sb:sb + w])
                 want = np.sort(np.stack([v[:, c:c + 8] for c in range(kx)], 0).reshape(-1, 8), axis=0)[rank]
                 np.testing.assert_array_equal(B[rr, rs:rs + 8], want)
+
+
+def test_generated_networks_are_current(tmp_path):
+    """``rank_nets.py`` is generated from ``rank._network``: it must be what the generator writes now."""
+    from pathlib import Path
+
+    from torchfilters.backends.cpu import rank
+
+    path = tmp_path / "rank_nets.py"
+    rank._emit_module(str(path))
+    assert path.read_text() == (Path(rank.__file__).parent / "rank_nets.py").read_text(), (
+        "run torchfilters.backends.cpu.rank._emit_module on rank_nets.py")
