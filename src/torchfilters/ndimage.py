@@ -784,6 +784,11 @@ def _min_or_max_filter(input, size, footprint, output, mode, cval, origin, minim
     if np.iscomplexobj(input):
         raise TypeError("Complex type not supported")
     axes = _check_axes(axes, input.ndim)
+    if footprint is None and size is not None:
+        # SciPy runs a size as 1-D passes, size[i] along axes[i] (axes' order, as origin and mode);
+        # _rank_window lays a window's dims out in increasing axis order
+        sizes = _normalize_sequence(size, len(axes))
+        size = [sizes[axes.index(a)] for a in sorted(axes)]
     footprint, origins = _rank_window(input, size, footprint, axes, origin)
     per_axis_modes = not isinstance(mode, str) and np.iterable(mode)
     if per_axis_modes:
