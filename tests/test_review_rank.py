@@ -33,3 +33,14 @@ def test_ndimage_minmax_cval_not_cast():
     a = (np.arange(42) + 150).astype(np.uint8).reshape(6, 7)
     np.testing.assert_array_equal(tnd.maximum_filter(a, size=3, mode="constant", cval=300.5),
                                   ndi.maximum_filter(a, size=3, mode="constant", cval=300.5))
+
+
+def test_rank_filters_type_hints_resolve():
+    # median/minimum/maximum_filter(1d) annotated Optional[...] without importing it: NameError
+    import typing
+
+    import torchfilters as tf
+
+    for fn in (tf.median_filter, tf.minimum_filter, tf.maximum_filter, tf.minimum_filter1d,
+               tf.maximum_filter1d, tf.rank_filter, tf.percentile_filter):
+        assert "out" in typing.get_type_hints(fn)

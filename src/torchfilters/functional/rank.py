@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from numbers import Integral, Real
-from typing import Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
