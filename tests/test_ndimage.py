@@ -186,3 +186,22 @@ def test_rank_filters_scipy_quirks():
         tfn.median_filter(a + 1j, 3)
     with pytest.raises(NotImplementedError):
         tfn.median_filter(np.zeros((3,) * 4), 2)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.bool_])
+def test_rank_filters_cval_as_scipy_treats_it(dtype):
+    """SciPy casts ``cval`` to the input's type in its N-D rank and footprint min/max paths, to
+    int64 in its 1-D rank path, and not at all in its separable min/max passes."""
+    import scipy.ndimage as ndi
+
+    a = (np.arange(42) + 150).astype(dtype).reshape(6, 7)
+    cases = [("median_filter", dict(size=3), dict(size=3)), ("rank_filter", dict(rank=7, size=3), dict(rank=1, size=3)),
+             ("minimum_filter", dict(size=3), dict(size=3)),
+             ("maximum_filter", dict(footprint=[[1, 0, 1]]), dict(footprint=[1, 0, 1])),
+             ("minimum_filter1d", dict(size=4), dict(size=4))]
+    for cv in (300.5, -3.7, 151.9, 0.5):
+        for name, kw, kw1 in cases:
+            with np.errstate(all="ignore"):
+                for arr, k in ((a, kw), (a[0], kw1)):
+                    got = getattr(tfn, name)(arr, mode="constant", cval=cv, **k)
+                    assert np.array_equal(got, getattr(ndi, name)(arr, mode="constant", cval=cv, **k)), (name, cv)

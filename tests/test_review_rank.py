@@ -19,16 +19,12 @@ def test_ndimage_minmax_size_follows_axes_order(fn, origin):
     np.testing.assert_array_equal(getattr(tnd, fn)(b, **kw), getattr(ndi, fn)(b, **kw))
 
 
-@pytest.mark.xfail(strict=True, reason="ndimage min/max with a size store SciPy's per-axis 1-D pass "
-                   "in the output dtype (int16 -> int8 wraps between passes); torchfilters casts once")
 def test_ndimage_minmax_intermediate_in_output_dtype():
     a = (np.random.RandomState(1).randn(6, 7) * 100).astype(np.int16)
     np.testing.assert_array_equal(tnd.maximum_filter(a, size=3, output=np.int8),
                                   ndi.maximum_filter(a, size=3, output=np.int8))
 
 
-@pytest.mark.xfail(strict=True, reason="SciPy's separable min/max compare an uncast cval (double line "
-                   "buffers); torchfilters.ndimage casts cval to the integer input type first")
 def test_ndimage_minmax_cval_not_cast():
     a = (np.arange(42) + 150).astype(np.uint8).reshape(6, 7)
     np.testing.assert_array_equal(tnd.maximum_filter(a, size=3, mode="constant", cval=300.5),

@@ -71,9 +71,18 @@ def test_no_kernel_variant_per_image_size():
         lambda x: tf.gaussian_filter(x, 1.5, mode="constant", cval=2.0),
         lambda x: tf.selective_blur(x, 0.5),
     ]
-    for call in calls:
-        x = torch.rand(*shapes[0], requires_grad=True)
-        call(x).sum().backward()
+    # rank filters: a plane large enough to be split in row bands needs the backward's band merge
+    # (a second kernel, chosen at run time and built by ``warmup``): warm both
+    rank_calls = [
+        lambda x: tf.median_filter(x, 3),
+        lambda x: tf.maximum_filter(x, (2, 5), mode="constant"),
+        lambda x: tf.percentile_filter(x, 20, footprint=[[1, 0, 1], [0, 1, 1]]),
+        lambda x: tf.median_filter(x, 9),
+    ]
+    for call in calls + rank_calls:
+        for shape in shapes[:1] + ([(1, 300, 300)] if call in rank_calls else []):
+            x = torch.rand(*shape, requires_grad=True)
+            call(x).sum().backward()
         before = _signatures()
         for shape in shapes[1:]:
             x = torch.rand(*shape, requires_grad=True)

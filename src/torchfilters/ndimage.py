@@ -615,16 +615,20 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
 # ----------------------------------------------------------------- rank filters
 
 
-def _order_preserving(a, cval):
+def _order_preserving(a, cval, cast_cval=None):
     """``(t, table)``: ``a`` as a float tensor whose order is ``a``'s, exactly: floats as they
     are, integers up to 32 bits (and bools) as float64; 64-bit integers as float64 too when
     they fit in 53 bits, else as their ranks among ``a``'s values and ``cval`` (``table`` maps
     a rank back).  Rank filters only compare, so every result is exact."""
-    if a.dtype in (np.float32, np.float64):
+    if a.dtype in (np.float32, np.float64):  # rounding cval is monotonic: the same selections
         return _tensor(a, a.dtype == np.float32), None, float(np.asarray(cval).astype(a.dtype))
     if a.dtype == np.float16:
         return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)), None, float(np.float16(cval))
-    cv = np.asarray(cval).astype(a.dtype)  # SciPy casts cval to the input's type (C's cast)
+    if cast_cval is None and a.dtype.itemsize < 8:
+        return _tensor(a, False), None, float(cval)  # compared uncast, as SciPy's double line buffers
+    # SciPy's N-D rank and footprint paths cast cval to the input's type, its 1-D rank path to int64
+    cv = np.trunc(np.asarray(cval, np.float64))  # C's cast: toward zero (a bool too: 0.5 is False)
+    cv = cv.astype(np.int64 if cast_cval == "int64" else a.dtype)
     if a.dtype.itemsize < 8 or a.size == 0 or (int(np.abs(a.astype(np.float64)).max()) < 2**53
                                                and abs(int(cv)) < 2**53):
         return _tensor(a, False), None, float(cv)
@@ -652,7 +656,7 @@ def _rank_window(input, size, footprint, axes, origin):
     return footprint, [int(o) for o in origins]
 
 
-def _rank_run(input, footprint, origins, rank, output, modes, cval, fresh):
+def _rank_run(input, footprint, origins, rank, output, modes, cval, fresh, cast_cval=None):
     """Select rank ``rank`` of ``footprint`` (over every axis) with torchfilters; ``modes`` one
     per axis.  Axes the window does not reach along are batch axes."""
     keep = [i for i in range(input.ndim) if footprint.shape[i] != 1 or origins[i] != 0]
@@ -665,7 +669,7 @@ def _rank_run(input, footprint, origins, rank, output, modes, cval, fresh):
         return output
     fp = footprint.reshape([footprint.shape[i] for i in keep]).tolist()
     md = tuple(_check_mode(modes[i]) for i in keep)
-    t, table, cv = _order_preserving(input, cval)
+    t, table, cv = _order_preserving(input, cval, cast_cval)
     y = F.rank_filter(t, rank, footprint=fp, mode=md, cval=cv, origin=[origins[i] for i in keep], axes=tuple(keep))
     if table is not None:
         y = torch.from_numpy(table[y.numpy().astype(np.int64)])
@@ -717,7 +721,10 @@ def _rank_filter(input, rank, size, footprint, output, mode, cval, origin, opera
     fresh = _fresh(output)
     output = _get_output_rank(output, input)
     _check_mode(mode)
-    return _rank_run(input, footprint, origins, rank, output, modes, cval, fresh)
+    # how SciPy's path treats cval: its 1-D rank path casts it to int64, the N-D one to the input's type
+    lim2 = input.size - ((footprint.size - 1) // 2 - origins[0])
+    one_d = input.ndim == 1 and (lim2 >= 0 or input.size == 1)
+    return _rank_run(input, footprint, origins, rank, output, modes, cval, fresh, "int64" if one_d else "input")
 
 
 def _get_output_rank(output, input):
@@ -743,10 +750,21 @@ def _min_or_max(input, footprint, output, modes, cval, origins, minimum, per_axi
         if all(n == 1 for n in footprint.shape):
             output[...] = input[...]
             return output
+        passes = [i for i, n in enumerate(footprint.shape) if n > 1]
+        if len(passes) > 1 and output.dtype != input.dtype:
+            # SciPy stores each 1-D pass in the output's dtype (a narrower one wraps between
+            # passes); in the input's dtype, one fused box is the same
+            src = input
+            for i in passes:
+                _min_or_max_1d(src, footprint.shape[i], i, output, modes[i], cval, origins[i], minimum)
+                src = output
+            return output
     else:
         _check_mode(modes[0])
     count = int(footprint.sum())
-    return _rank_run(input, footprint, origins, 0 if minimum else count - 1, output, modes, cval, fresh)
+    # SciPy's separable passes compare cval uncast; its footprint path casts it to the input's type
+    return _rank_run(input, footprint, origins, 0 if minimum else count - 1, output, modes, cval, fresh,
+                     None if separable else "input")
 
 
 def rank_filter(input, rank, size=None, footprint=None, output=None, mode="reflect", cval=0.0, origin=0, *,

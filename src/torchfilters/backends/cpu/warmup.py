@@ -84,6 +84,29 @@ def _calls(dtype: torch.dtype) -> Iterator[tuple[str, Callable[[], object]]]:
     yield "gradient_magnitude sobel axes=(-3, -2, -1)", fwd_bwd(
         lambda t: tf.gradient_magnitude(t.unsqueeze(0), operator="sobel", axes=(-3, -2, -1)))
     yield "selective_blur axes=(-3, -2, -1)", fwd_bwd(lambda t: tf.selective_blur(t, 0.5, axes=(-3, -2, -1)))
+    # sums of two Gaussians (unsharp mask, difference of Gaussians)
+    yield "unsharp_mask", fwd_bwd(lambda t: tf.unsharp_mask(t, 1.0, 0.5))
+    yield "difference_of_gaussians", fwd_bwd(lambda t: tf.difference_of_gaussians(t, 0.8))
+    # rank filters (``rank.py``): each algorithm path, forward and backward
+    big = torch.rand(1, 12, 12).to(dtype)
+    for label, fn in (
+        ("maximum_filter (van Herk)", lambda t: tf.maximum_filter(t, 3)),
+        ("minimum_filter 3-D (van Herk)", lambda t: tf.minimum_filter(t, 2, axes=(-3, -2, -1))),
+        ("median_filter 3x3 (network)", lambda t: tf.median_filter(t, 3)),
+        ("median_filter 5x5 (network)", lambda t: tf.median_filter(t, 5)),
+        ("rank_filter 2x3 (network)", lambda t: tf.rank_filter(t, 2, (2, 3))),
+        ("median_filter footprint (selection)", lambda t: tf.median_filter(t, footprint=[[1, 0, 1], [0, 1, 1]])),
+        ("maximum_filter1d", lambda t: tf.maximum_filter1d(t, 4)),
+    ):
+        yield label, fwd_bwd(fn)
+    yield "median_filter 9x9 (histogram)", lambda: tf.median_filter(big.requires_grad_(True), 9).sum().backward()
+    plane = torch.rand(1, 300, 300).to(dtype)  # split in row bands: the backward's band merge
+    yield "median_filter backward in row bands", lambda: tf.median_filter(
+        plane.requires_grad_(True), 3).sum().backward()
+    if dtype in (torch.float32, torch.float64):  # canny runs float32 or float64
+        yield "canny", lambda: tf.canny(torch.rand(2, 16, 16).to(dtype))
+        yield "canny use_quantiles", lambda: tf.canny(torch.rand(2, 16, 16).to(dtype), use_quantiles=True,
+                                                      low_threshold=0.5, high_threshold=0.8)
 
 
 @contextlib.contextmanager
