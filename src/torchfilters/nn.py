@@ -200,7 +200,7 @@ MaximumFilter = _module("MaximumFilter", F.maximum_filter, (("size", 3),) + _RAN
 PercentileFilter = _module("PercentileFilter", F.percentile_filter, (("percentile", _R), ("size", 3)) + _RANK,
                            ("percentile",) + _RANK_DOCS, "25, size=3")
 UnsharpMask = _module("UnsharpMask", F.unsharp_mask,
-                      (("sigma", 1.0), ("amount", 1.0), ("mode", "nearest"), ("cval", 0.0), ("truncate", 4.0),
+                      (("sigma", 1.0), ("amount", 1.0), ("mode", "reflect"), ("cval", 0.0), ("truncate", 4.0),
                        ("axes", None)), ("sigma", "amount", "mode", "cval", "truncate", "axes"), "1.0, amount=0.5")
 DifferenceOfGaussians = _module(
     "DifferenceOfGaussians", F.difference_of_gaussians,

@@ -87,6 +87,9 @@ def array_value(text: str) -> Any:
     if path.suffix.lower() in (".npy", ".pt", ".pth") or path.is_file():
         if not path.is_file():
             raise argparse.ArgumentTypeError(f"{text}: no such file")
+        boolean = _bool_array(path)
+        if boolean is not None:  # a footprint: a boolean window
+            return boolean.astype(np.float64)
         from .common import InputError
         from .inputs import Source, load
 
@@ -106,6 +109,24 @@ def array_value(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"expected a .npy/.pt file or numbers such as 1,2,1 or "
                                          f"1,2,1;2,4,2;1,2,1 or [[1,2,1],[2,4,2],[1,2,1]], got {text!r}") from None
     return arr
+
+
+def _bool_array(path: Path) -> Any:
+    """A boolean ``.npy`` / ``.pt`` array as NumPy, else None (other files go through ``load``)."""
+    import numpy as np
+
+    try:
+        if path.suffix.lower() == ".npy":
+            a = np.load(path, allow_pickle=False)
+            return a if a.dtype == np.bool_ else None
+        if path.suffix.lower() in (".pt", ".pth"):
+            import torch
+
+            t = torch.load(path, map_location="cpu", weights_only=True)
+            return t.numpy() if isinstance(t, torch.Tensor) and t.dtype == torch.bool else None
+    except Exception:
+        return None  # ``load`` says what is wrong with it
+    return None
 
 
 def mask_value(text: str) -> Any:
@@ -193,20 +214,20 @@ def option_for(p: inspect.Parameter) -> Option:
     return Option(name, kw)
 
 
-_ARG_LINE = re.compile(r"^\s{8}(\w+):\s*(.*)$")
+_ARG_LINE = re.compile(r"^ {4}(\w+):\s*(.*)$")
 
 
 def doc_params(fn: Callable[..., Any]) -> dict[str, str]:
-    """The first sentence of each ``Args:`` entry of ``fn``'s docstring."""
-    doc = inspect.getdoc(fn) or ""
+    """The first sentence of each ``Args:`` entry of ``fn``'s docstring (written in a function or
+    filled from a template: the docstring is dedented first)."""
     out: dict[str, list[str]] = {}
     current = None
     in_args = False
-    for line in (fn.__doc__ or doc).splitlines():
+    for line in inspect.cleandoc(fn.__doc__ or "").splitlines():
         if line.strip() == "Args:":
             in_args = True
             continue
-        if in_args and line.strip() and not line.startswith(" " * 8):
+        if in_args and line.strip() and not line.startswith(" " * 4):
             in_args = False  # Returns:, Raises: ...
         if not in_args:
             continue

@@ -194,6 +194,8 @@ def _stencil(recipe: tuple):
         return derivative_stencil(*recipe[1:])
     if kind == "gauss":  # (sigmas, orders, radii[, axes]): axes (-2, -1) by default
         return gaussian_stencil(*recipe[1:])
+    if kind == "gauss_scaled":  # (sigmas, radii, axes, scale): a Gaussian times scale (last pass)
+        return scaled_gaussian_stencil(*recipe[1:])
     if kind == "dense":
         return _spec.dense(*recipe[1:])
     if kind == "sep1":
@@ -220,6 +222,19 @@ def derivative_stencil(operator: str, axis: int, normalized: bool, others=None):
         # cval padding of the intermediate is divided too (normalized == plain / div)
         div = sum(abs(d) for d in deriv) * sum(smooth) ** len(others)
         passes[-1][2] = tuple(w / div for w in passes[-1][2])
+    return _spec.sep(*passes)
+
+
+def scaled_gaussian_stencil(sigmas, radii, axes, scale: float):
+    """A Gaussian over ``axes`` times ``scale``: the last pass scaled, so that ``constant`` mode's
+    ``cval`` padding of the earlier passes is scaled too; every sigma 0: ``scale`` times the
+    identity."""
+    st = gaussian_stencil(sigmas, (0,) * len(sigmas), radii, axes)
+    passes = [(p.axis, p.lo, p.taps) for p in st.passes]
+    if not passes:
+        return _spec.sep((axes[0], 0, (scale,)))
+    a, lo, taps = passes[-1]
+    passes[-1] = (a, lo, tuple(scale * t for t in taps))
     return _spec.sep(*passes)
 
 

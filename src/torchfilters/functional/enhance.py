@@ -14,24 +14,12 @@ from torch import Tensor
 
 from .._docs import docfiller
 from .._validate import check_real
-from ._core import copy_result, gaussian_stencil, prep, run
+from ._core import copy_result, prep, run
 from .gaussian import check_sigma, gaussian_radii
 
 __all__ = ["difference_of_gaussians", "unsharp_mask"]
 
 Number = Union[int, float]
-
-
-def _scaled_gaussian(sigmas, radii, spec_axes, scale: float):
-    """The recipe of a Gaussian over ``spec_axes`` times ``scale`` (the last pass scaled, so that
-    ``constant`` mode's ``cval`` padding of the earlier passes is scaled too)."""
-    st = gaussian_stencil(sigmas, (0,) * len(sigmas), radii, spec_axes)
-    passes = [(p.axis, p.lo, p.taps) for p in st.passes]
-    if not passes:  # every sigma 0: the identity
-        return ("sep", ((spec_axes[0], 0, (scale,)),))
-    a, lo, taps = passes[-1]
-    passes[-1] = (a, lo, tuple(scale * t for t in taps))
-    return ("sep", tuple(passes))
 
 
 @docfiller(scipy="``x + amount * (x - scipy.ndimage.gaussian_filter(x, sigma, mode=mode,\ncval=cval, truncate=truncate, axes=axes))``")
@@ -40,7 +28,7 @@ def unsharp_mask(
     sigma: Number | Sequence[Number] = 1.0,
     amount: float = 1.0,
     *,
-    mode: str = "nearest",
+    mode: str = "reflect",
     cval: float = 0.0,
     truncate: float = 4.0,
     axes=None,
@@ -50,9 +38,10 @@ def unsharp_mask(
     """Sharpen: ``x + amount * (x - gaussian_filter(x, sigma))``, in one fused pass.
 
     Computed as ``(1 + amount) * x - amount * gaussian_filter(x, sigma)``, which equals the
-    definition up to rounding.  Unlike scikit-image's ``unsharp_mask`` the result is not clipped
-    and integer input is not rescaled to ``[0, 1]`` (it is promoted to float32, as everywhere in
-    torchfilters); the default ``mode='nearest'`` is scikit-image's.  Differentiable.
+    definition up to rounding.  scikit-image's ``unsharp_mask(x, radius=sigma, amount=amount,
+    preserve_range=True)`` on float input, with the same default ``mode='reflect'``; unlike it the
+    result is not clipped, and integer input is promoted to float32 (as everywhere in
+    torchfilters), not rescaled to ``[0, 1]``.  Differentiable.
 
     Args:
         %(input)s
@@ -93,7 +82,7 @@ def unsharp_mask(
     if amount == 0.0 or all(s <= 1e-15 for s in sigmas):
         return copy_result(x, out, backend)
     a = lay.spec_axes
-    recipes = (("sep", ((a[0], 0, (1.0 + amount,)),)), _scaled_gaussian(sigmas, radii, a, -amount))
+    recipes = (("sep", ((a[0], 0, (1.0 + amount,)),)), ("gauss_scaled", sigmas, radii, a, -amount))
     return run(x, lay, modes, cval, "sum", recipes, out, backend)
 
 
@@ -157,7 +146,7 @@ def difference_of_gaussians(
         raise ValueError(f"high_sigma must be >= low_sigma on every axis; got low_sigma={low}, high_sigma={high}")
     a = lay.spec_axes
     recipes = (
-        _scaled_gaussian(low, gaussian_radii(low, truncate, None), a, 1.0),
-        _scaled_gaussian(high, gaussian_radii(high, truncate, None), a, -1.0),
+        ("gauss_scaled", low, gaussian_radii(low, truncate, None), a, 1.0),
+        ("gauss_scaled", high, gaussian_radii(high, truncate, None), a, -1.0),
     )
     return run(x, lay, modes, cval, "sum", recipes, out, backend)
