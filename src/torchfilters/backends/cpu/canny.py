@@ -23,36 +23,24 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from numba import njit, types
-from numba.extending import overload
+from numba import njit
 
 from .. import reference_canny as _ref
 from . import cache
 
 cache.install()
 
+from .canny_smooth import _as, _k_smooth, _smooth_row, smooth_plan
 from .prims import _JIT
 from .threads import _launch, _threads
 
-__all__ = ["available", "canny_edges"]
+__all__ = ["available", "canny_edges", "canny_fused"]
 
 NAME = "cpu"
 
 
 def available(device, dtype) -> bool:
     return torch.device(device).type == "cpu" and dtype in (torch.float32, torch.float64)
-
-
-def _as(v, c):  # pragma: no cover - replaced by the overload in compiled code
-    return v
-
-
-@overload(_as, jit_options={"inline": "always"})
-def _as_ov(v, c):
-    """``v`` rounded to the dtype of the carrier ``c`` (float32 or float64)."""
-    if c == types.float32:
-        return lambda v, c: np.float32(v)
-    return lambda v, c: np.float64(v)
 
 
 @njit(inline="always", **_JIT)
@@ -72,12 +60,10 @@ def _grad(r0, r1, r2, j, jl, jr, c):
 
 
 @njit(**_JIT)
-def _mag_row(s, n, i, H, W, out):
-    """The magnitude of row ``i`` of slice ``n`` into ``out`` (``W``), in the dtype."""
-    c = s[n, 0, 0]
-    r0 = s[n, max(i - 1, 0)]
-    r1 = s[n, i]
-    r2 = s[n, min(i + 1, H - 1)]
+def _mag_row(r0, r1, r2, W, out):
+    """The magnitude of the smoothed row ``r1`` (rows ``r0`` above and ``r2`` below, edges
+    already folded) into ``out`` (``W``), in the dtype."""
+    c = r1[0]
     for j in range(W):
         gi, gj = _grad(r0, r1, r2, j, max(j - 1, 0), min(j + 1, W - 1), c)
         out[j] = np.sqrt(gi * gi + gj * gj)
@@ -90,20 +76,18 @@ def _lerp_le(n2, n1, w, m64):
 
 
 @njit(**_JIT)
-def _nms_row(s, n, i, W, mu, mc, md, em, hasm, lo, hi, out):
-    """Classes of row ``i`` (``1 <= i <= H - 2``) from the magnitude rows above (``mu``), at
-    (``mc``) and below (``md``): skimage's ``_nonmaximum_suppression_bilinear``, case by case."""
-    c = s[n, 0, 0]
-    r0 = s[n, i - 1]
-    r1 = s[n, i]
-    r2 = s[n, i + 1]
+def _nms_row(r0, r1, r2, W, mu, mc, md, em, hasm, lo, hi, out):
+    """Classes of an interior row (smoothed ``r1``, ``r0`` above, ``r2`` below) from the
+    magnitude rows above (``mu``), at (``mc``) and below (``md``), ``em`` its eroded-mask row:
+    skimage's ``_nonmaximum_suppression_bilinear``, case by case."""
+    c = r1[0]
     out[0] = 0
     out[W - 1] = 0
     for y in range(1, W - 1):
         out[y] = 0
         m = mc[y]
         m64 = np.float64(m)
-        if hasm and not em[n, i, y]:
+        if hasm and not em[y]:
             continue
         if not (m64 >= lo):
             continue
@@ -137,10 +121,17 @@ def _nms_row(s, n, i, W, mu, mc, md, em, hasm, lo, hi, out):
 
 
 @njit(**_JIT)
-def _k_edges(s, em, hasm, lo, hi, cls, nb, it0, it1):
-    """Fused Sobel -> magnitude -> NMS over work items ``(slice, band)``; classes into ``cls``."""
-    _N, H, W = s.shape
-    buf = np.empty((3, W), s.dtype)
+def _k_fused(x, wy, iy, wx, ix, cval, bleed, hasb, em, hasm, lo, hi, cls, nb, it0, it1):
+    """Smoothing -> Sobel -> magnitude -> NMS over work items ``(slice, band)``; classes into
+    ``cls``.  The smoothed rows of the band and two halo rows on each side go to a ring of five
+    rows (:func:`canny_smooth._smooth_row`), the magnitude to a ring of three: nothing but the
+    classes leaves the cache; halo rows are recomputed at band seams."""
+    _N, H, W = x.shape
+    ext = np.empty(W + 2 * (wx.shape[0] - 1), np.float64)
+    acc = np.empty(W, np.float64)
+    S = np.empty((5, W), x.dtype)
+    M = np.empty((3, W), x.dtype)
+    ne = em.shape[0]
     for it in range(it0, it1):
         n = it // nb
         b = it % nb
@@ -151,28 +142,37 @@ def _k_edges(s, em, hasm, lo, hi, cls, nb, it0, it1):
         e = min(i1, H - 1)
         if a >= e or W < 3:
             continue
-        _mag_row(s, n, a - 1, H, W, buf[(a - 1) % 3])
-        _mag_row(s, n, a, H, W, buf[a % 3])
-        for i in range(a, e):
-            _mag_row(s, n, i + 1, H, W, buf[(i + 1) % 3])
-            _nms_row(s, n, i, W, buf[(i - 1) % 3], buf[i % 3], buf[(i + 1) % 3], em, hasm, lo[n], hi[n], cls[n, i])
+        en = n if ne > 1 else 0
+        nxt = max(a - 2, 0)
+        for m in range(a - 1, e + 1):  # magnitude rows a - 1 .. e
+            last = min(m + 1, H - 1)
+            while nxt <= last:
+                _smooth_row(x, n, nxt, wy, iy, wx, ix, cval, bleed, hasb, ext, acc, S[nxt % 5])
+                nxt += 1
+            _mag_row(S[max(m - 1, 0) % 5], S[m % 5], S[last % 5], W, M[m % 3])
+            i = m - 1
+            if i >= a:
+                _nms_row(S[(i - 1) % 5], S[i % 5], S[(i + 1) % 5], W, M[(i - 1) % 3], M[i % 3],
+                         M[(i + 1) % 3], em[en, i if hasm else 0], hasm, lo[n], hi[n], cls[n, i])
 
 
 @njit(**_JIT)
 def _k_mag(s, mag, nb, it0, it1):
-    """The magnitude of every pixel (the quantile path), work items ``(slice, band)``."""
+    """The magnitude of every pixel of the smoothed ``s`` (the quantile path), work items
+    ``(slice, band)``."""
     _N, H, W = s.shape
     for it in range(it0, it1):
         n = it // nb
         b = it % nb
         for i in range(b * H // nb, (b + 1) * H // nb):
-            _mag_row(s, n, i, H, W, mag[n, i])
+            _mag_row(s[n, max(i - 1, 0)], s[n, i], s[n, min(i + 1, H - 1)], W, mag[n, i])
 
 
 @njit(**_JIT)
 def _k_nms(s, mag, em, hasm, lo, hi, cls, nb, it0, it1):
     """NMS from a stored magnitude (the quantile path)."""
     _N, H, W = s.shape
+    ne = em.shape[0]
     for it in range(it0, it1):
         n = it // nb
         b = it % nb
@@ -181,8 +181,10 @@ def _k_nms(s, mag, em, hasm, lo, hi, cls, nb, it0, it1):
         cls[n, i0:i1, :] = 0
         if W < 3:
             continue
+        en = n if ne > 1 else 0
         for i in range(max(i0, 1), min(i1, H - 1)):
-            _nms_row(s, n, i, W, mag[n, i - 1], mag[n, i], mag[n, i + 1], em, hasm, lo[n], hi[n], cls[n, i])
+            _nms_row(s[n, i - 1], s[n, i], s[n, i + 1], W, mag[n, i - 1], mag[n, i], mag[n, i + 1],
+                     em[en, i if hasm else 0], hasm, lo[n], hi[n], cls[n, i])
 
 
 @njit(**_JIT)
@@ -220,27 +222,100 @@ def _bands(N: int, H: int, nt: int) -> int:
     return max(1, min(-(-4 * nt // N), H // 32))
 
 
-def canny_edges(smoothed, emask, low, high, use_quantiles):
-    """Bool ``(N, H, W)`` edges of the smoothed images (``reference_canny.canny_edges``)."""
-    s = smoothed.contiguous()
-    N, H, W = s.shape
+_IDENTITY = (np.ones(1), np.zeros(1, np.int64))
+_BLEED: dict = {}
+
+
+def _np(t):
+    return t.contiguous().numpy()
+
+
+def _bleed_ones(H, W, sigma, mode, cval, dtype, plan):
+    """The Gaussian of an image of ones plus the dtype's epsilon ``(1, H, W)``: scikit-image's
+    bleed-over without a mask, computed once per ``(H, W, sigma, mode, cval, dtype)``."""
+    key = (H, W, sigma, mode, cval, dtype)
+    b = _BLEED.get(key)
+    if b is None:
+        ones = np.ones((1, H, W), _np_dtype(dtype))
+        b = _smooth(ones, plan, cval, None) + np.finfo(ones.dtype).eps
+        if len(_BLEED) >= 8:
+            _BLEED.clear()
+        _BLEED[key] = b
+    return b
+
+
+def _np_dtype(dtype):
+    return np.float32 if dtype == torch.float32 else np.float64
+
+
+def _smooth(x, plan, cval, bleed):
+    """The smoothed images of ``x`` (NumPy ``(N, H, W)``), divided by ``bleed`` if given."""
+    N, H, W = x.shape
+    s = np.empty_like(x)
+    nt = _threads()
+    nb = _bands(N, H, nt)
+    hasb = bleed is not None
+    _launch(_k_smooth, (x, *plan, float(cval), bleed if hasb else x[:1, :1, :1], hasb, s, nb), N * nb, nt,
+            N * H * W < 65536)
+    return s
+
+
+def canny_fused(image, mask, emask, sigma, mode, cval, bleed_over, low, high, use_quantiles):
+    """Bool ``(N, H, W)`` Canny edges of the images ``(N, H, W)`` (float32 or float64, zero
+    outside ``mask``), smoothing included: ``torchfilters.canny`` from the Gaussian on.
+    ``mask``/``emask``: bool ``(1 or N, H, W)`` or None; ``bleed_over``: divide by the Gaussian
+    of the mask (of ones without one) plus epsilon.  None where the kernel is not SciPy-symmetric
+    (the caller smooths generically)."""
+    _N, H, W = image.shape
+    plan = smooth_plan(H, W, sigma, canonical(mode))
+    if plan is None:  # pragma: no cover
+        return None
+    x = _np(image)
+    bleed = None
+    if bleed_over:
+        if mask is None:
+            bleed = _bleed_ones(H, W, tuple(sigma), canonical(mode), float(cval), image.dtype, plan)
+        else:
+            bleed = _smooth(_np(mask).astype(x.dtype), plan, cval, None) + np.finfo(x.dtype).eps
+    return _edges(x, plan, cval, bleed, emask, low, high, use_quantiles)
+
+
+def canonical(mode):
+    from ..._validate import canonical_mode
+
+    return canonical_mode(mode)
+
+
+def _edges(x, plan, cval, bleed, emask, low, high, use_quantiles):
+    N, H, W = x.shape
     out = torch.zeros((N, H, W), dtype=torch.bool)
-    if s.numel() == 0:
+    if x.size == 0:
         return out
     nt = _threads()
     nb = _bands(N, H, nt)
-    sn = s.numpy()
     hasm = emask is not None
-    em = emask.contiguous().numpy() if hasm else np.zeros((1, 1, 1), np.bool_)
+    em = _np(emask) if hasm else np.zeros((1, 1, 1), np.bool_)
+    hasb = bleed is not None
+    bl = bleed if hasb else x[:1, :1, :1]
     cls = np.empty((N, H, W), np.uint8)
     serial = N * H * W < 65536
     if use_quantiles:
-        mag = torch.empty_like(s)
-        _launch(_k_mag, (sn, mag.numpy(), nb), N * nb, nt, serial)
-        lo, hi = _ref.thresholds(mag, low, high, True)
-        _launch(_k_nms, (sn, mag.numpy(), em, hasm, lo.numpy(), hi.numpy(), cls, nb), N * nb, nt, serial)
+        s = np.empty_like(x)
+        _launch(_k_smooth, (x, *plan, float(cval), bl, hasb, s, nb), N * nb, nt, serial)
+        mag = np.empty_like(x)
+        _launch(_k_mag, (s, mag, nb), N * nb, nt, serial)
+        lo, hi = _ref.thresholds(torch.from_numpy(mag), low, high, True)
+        _launch(_k_nms, (s, mag, em, hasm, lo.numpy(), hi.numpy(), cls, nb), N * nb, nt, serial)
     else:
-        lo, hi = _ref.thresholds(s[:, :0, :0], low, high, False)
-        _launch(_k_edges, (sn, em, hasm, lo.numpy(), hi.numpy(), cls, nb), N * nb, nt, serial)
+        lo, hi = _ref.thresholds(torch.from_numpy(x[:, :0, :0]), low, high, False)
+        _launch(_k_fused, (x, *plan, float(cval), bl, hasb, em, hasm, lo.numpy(), hi.numpy(), cls, nb),
+                N * nb, nt, serial)
     _launch(_k_hyst, (cls.reshape(N, H * W), out.numpy().reshape(N, H * W), W), N, nt, serial)
     return out
+
+
+def canny_edges(smoothed, emask, low, high, use_quantiles):
+    """Bool ``(N, H, W)`` edges of the smoothed images (``reference_canny.canny_edges``): the
+    fused kernel with the identity for the Gaussian (``x * 1.0`` is exact)."""
+    plan = (*_IDENTITY, *_IDENTITY)
+    return _edges(_np(smoothed), plan, 0.0, None, emask, low, high, use_quantiles)
