@@ -44,29 +44,47 @@ def available(device, dtype) -> bool:
 
 
 @njit(inline="always", **_JIT)
-def _grad(r0, r1, r2, j, jl, jr, c):
-    """SciPy's ``(sobel(s, 0), sobel(s, 1))`` at column ``j`` of row ``r1`` (``r0``/``r2`` the rows
-    above/below, ``jl``/``jr`` the columns left/right, edges already folded): differences in the
-    dtype, the cross pass in float64, rounded once."""
-    d0c = r2[j] - r0[j]
-    d0l = r2[jl] - r0[jl]
-    d0r = r2[jr] - r0[jr]
+def _grad(r0l, r0c, r0r, r1l, r1r, r2l, r2c, r2r, c):
+    """SciPy's ``(sobel(s, 0), sobel(s, 1))`` at a pixel from its eight neighbours (``r0*`` the
+    row above, ``r2*`` below; ``l``/``c``/``r`` left, centre, right; edges already folded):
+    differences in the dtype, the cross pass in float64, rounded once."""
+    d0c = r2c - r0c
+    d0l = r2l - r0l
+    d0r = r2r - r0r
     gi = _as(np.float64(d0c) * 2.0 + (np.float64(d0l) + np.float64(d0r)), c)
-    d1c = r1[jr] - r1[jl]
-    d1u = r0[jr] - r0[jl]
-    d1d = r2[jr] - r2[jl]
+    d1c = r1r - r1l
+    d1u = r0r - r0l
+    d1d = r2r - r2l
     gj = _as(np.float64(d1c) * 2.0 + (np.float64(d1u) + np.float64(d1d)), c)
     return gi, gj
 
 
 @njit(**_JIT)
-def _mag_row(r0, r1, r2, W, out):
-    """The magnitude of the smoothed row ``r1`` (rows ``r0`` above and ``r2`` below, edges
-    already folded) into ``out`` (``W``), in the dtype."""
+def _grad_row(r0, r1, r2, W, gi, gj, mag):
+    """The gradient ``(gi, gj)`` and magnitude ``sqrt(gi * gi + gj * gj)`` (all in the dtype) of
+    the smoothed row ``r1`` (``r0`` above, ``r2`` below, edges already folded); mode
+    ``'reflect'`` at the row's ends.  The interior loop reads views at fixed offsets (no
+    clamping), so it vectorises."""
     c = r1[0]
-    for j in range(W):
-        gi, gj = _grad(r0, r1, r2, j, max(j - 1, 0), min(j + 1, W - 1), c)
-        out[j] = np.sqrt(gi * gi + gj * gj)
+    for j in (0, W - 1):
+        jl = max(j - 1, 0)
+        jr = min(j + 1, W - 1)
+        a, b = _grad(r0[jl], r0[j], r0[jr], r1[jl], r1[jr], r2[jl], r2[j], r2[jr], c)
+        gi[j] = a
+        gj[j] = b
+        mag[j] = np.sqrt(a * a + b * b)
+    if W < 3:
+        return
+    n = W - 2
+    r0l, r0c, r0r = r0[0:n], r0[1 : n + 1], r0[2 : n + 2]
+    r1l, r1r = r1[0:n], r1[2 : n + 2]
+    r2l, r2c, r2r = r2[0:n], r2[1 : n + 1], r2[2 : n + 2]
+    gic, gjc, mc = gi[1 : n + 1], gj[1 : n + 1], mag[1 : n + 1]
+    for j in range(n):
+        a, b = _grad(r0l[j], r0c[j], r0r[j], r1l[j], r1r[j], r2l[j], r2c[j], r2r[j], c)
+        gic[j] = a
+        gjc[j] = b
+        mc[j] = np.sqrt(a * a + b * b)
 
 
 @njit(inline="always", **_JIT)
@@ -76,61 +94,55 @@ def _lerp_le(n2, n1, w, m64):
 
 
 @njit(**_JIT)
-def _nms_row(r0, r1, r2, W, mu, mc, md, em, hasm, lo, hi, out):
-    """Classes of an interior row (smoothed ``r1``, ``r0`` above, ``r2`` below) from the
-    magnitude rows above (``mu``), at (``mc``) and below (``md``), ``em`` its eroded-mask row:
-    skimage's ``_nonmaximum_suppression_bilinear``, case by case."""
-    c = r1[0]
+def _nms_row(gi, gj, W, mu, mc, md, em, lo, hi, out):
+    """Classes of an interior row from its gradient (``gi``, ``gj``), the magnitude rows above
+    (``mu``), at (``mc``) and below (``md``) and its eroded-mask row ``em``: skimage's
+    ``_nonmaximum_suppression_bilinear`` without branches.  Its four cases: ``s1`` (``gi`` and
+    ``gj`` of one sign, zeros included: ``cond1``) or not (``cond2``); ``h`` the case that divides
+    ``|gi| / |gj|`` (``cond1`` and ``not |gi| > |gj|``, or ``cond2`` and ``|gi| < |gj|``).  A NaN
+    gradient has a NaN magnitude, which fails ``>= lo`` as skimage's tests fail."""
     out[0] = 0
     out[W - 1] = 0
-    for y in range(1, W - 1):
-        out[y] = 0
-        m = mc[y]
+    n = W - 2
+    gic, gjc, emc = gi[1 : n + 1], gj[1 : n + 1], em[1 : n + 1]
+    mul, muc, mur = mu[0:n], mu[1 : n + 1], mu[2 : n + 2]
+    mcl, mcc, mcr = mc[0:n], mc[1 : n + 1], mc[2 : n + 2]
+    mdl, mdc, mdr = md[0:n], md[1 : n + 1], md[2 : n + 2]
+    oc = out[1 : n + 1]
+    for t in range(n):
+        a = gic[t]
+        b = gjc[t]
+        m = mcc[t]
         m64 = np.float64(m)
-        if hasm and not em[y]:
-            continue
-        if not (m64 >= lo):
-            continue
-        gi, gj = _grad(r0, r1, r2, y, y - 1, y + 1, c)
-        up = gi >= 0
-        down = gi <= 0
-        left = gj <= 0
-        right = gj >= 0
-        cond1 = (up and right) or (down and left)
-        cond2 = (down and right) or (up and left)
-        if not cond1 and not cond2:
-            continue
-        ai = abs(gi)
-        aj = abs(gj)
-        if cond1:
-            if ai > aj:
-                w = aj / ai
-                n11, n12, n21, n22 = md[y], md[y + 1], mu[y], mu[y - 1]
-            else:
-                w = ai / aj
-                n11, n12, n21, n22 = mc[y + 1], md[y + 1], mc[y - 1], mu[y - 1]
-        else:
-            if ai < aj:
-                w = ai / aj
-                n11, n12, n21, n22 = mc[y + 1], mu[y + 1], mc[y - 1], md[y - 1]
-            else:
-                w = aj / ai
-                n11, n12, n21, n22 = mu[y], mu[y + 1], md[y], md[y - 1]
-        if _lerp_le(n12, n11, w, m64) and _lerp_le(n22, n21, w, m64) and m > 0:
-            out[y] = 2 if m64 >= hi else 1
+        s1 = ((a >= 0) & (b >= 0)) | ((a <= 0) & (b <= 0))
+        ai = abs(a)
+        aj = abs(b)
+        h = (ai <= aj) if s1 else (ai < aj)
+        w = (ai if h else aj) / (aj if h else ai)
+        v = mdc[t] if s1 else muc[t]
+        n11 = mcr[t] if h else v
+        v = muc[t] if s1 else mdc[t]
+        n21 = mcl[t] if h else v
+        n12 = mdr[t] if s1 else mur[t]
+        n22 = mul[t] if s1 else mdl[t]
+        keep = emc[t] & (m64 >= lo) & (m > 0) & _lerp_le(n12, n11, w, m64) & _lerp_le(n22, n21, w, m64)
+        oc[t] = np.uint8(keep) + np.uint8(keep & (m64 >= hi))
 
 
 @njit(**_JIT)
 def _k_fused(x, wy, iy, wx, ix, cval, bleed, hasb, em, hasm, lo, hi, cls, nb, it0, it1):
     """Smoothing -> Sobel -> magnitude -> NMS over work items ``(slice, band)``; classes into
     ``cls``.  The smoothed rows of the band and two halo rows on each side go to a ring of five
-    rows (:func:`canny_smooth._smooth_row`), the magnitude to a ring of three: nothing but the
-    classes leaves the cache; halo rows are recomputed at band seams."""
+    rows (:func:`canny_smooth._smooth_row`), the gradient and magnitude to rings of three:
+    nothing but the classes leaves the cache; halo rows are recomputed at band seams."""
     _N, H, W = x.shape
     ext = np.empty(W + 2 * (wx.shape[0] - 1), np.float64)
     acc = np.empty(W, np.float64)
     S = np.empty((5, W), x.dtype)
+    GI = np.empty((3, W), x.dtype)
+    GJ = np.empty((3, W), x.dtype)
     M = np.empty((3, W), x.dtype)
+    ones = np.ones(W, np.bool_)
     ne = em.shape[0]
     for it in range(it0, it1):
         n = it // nb
@@ -149,11 +161,11 @@ def _k_fused(x, wy, iy, wx, ix, cval, bleed, hasb, em, hasm, lo, hi, cls, nb, it
             while nxt <= last:
                 _smooth_row(x, n, nxt, wy, iy, wx, ix, cval, bleed, hasb, ext, acc, S[nxt % 5])
                 nxt += 1
-            _mag_row(S[max(m - 1, 0) % 5], S[m % 5], S[last % 5], W, M[m % 3])
+            _grad_row(S[max(m - 1, 0) % 5], S[m % 5], S[last % 5], W, GI[m % 3], GJ[m % 3], M[m % 3])
             i = m - 1
             if i >= a:
-                _nms_row(S[(i - 1) % 5], S[i % 5], S[(i + 1) % 5], W, M[(i - 1) % 3], M[i % 3],
-                         M[(i + 1) % 3], em[en, i if hasm else 0], hasm, lo[n], hi[n], cls[n, i])
+                _nms_row(GI[i % 3], GJ[i % 3], W, M[(i - 1) % 3], M[i % 3], M[(i + 1) % 3],
+                         em[en, i] if hasm else ones, lo[n], hi[n], cls[n, i])
 
 
 @njit(**_JIT)
@@ -161,17 +173,23 @@ def _k_mag(s, mag, nb, it0, it1):
     """The magnitude of every pixel of the smoothed ``s`` (the quantile path), work items
     ``(slice, band)``."""
     _N, H, W = s.shape
+    gi = np.empty(W, s.dtype)
+    gj = np.empty(W, s.dtype)
     for it in range(it0, it1):
         n = it // nb
         b = it % nb
         for i in range(b * H // nb, (b + 1) * H // nb):
-            _mag_row(s[n, max(i - 1, 0)], s[n, i], s[n, min(i + 1, H - 1)], W, mag[n, i])
+            _grad_row(s[n, max(i - 1, 0)], s[n, i], s[n, min(i + 1, H - 1)], W, gi, gj, mag[n, i])
 
 
 @njit(**_JIT)
 def _k_nms(s, mag, em, hasm, lo, hi, cls, nb, it0, it1):
-    """NMS from a stored magnitude (the quantile path)."""
+    """NMS from a stored magnitude (the quantile path; the gradient recomputed)."""
     _N, H, W = s.shape
+    gi = np.empty(W, s.dtype)
+    gj = np.empty(W, s.dtype)
+    mr = np.empty(W, s.dtype)
+    ones = np.ones(W, np.bool_)
     ne = em.shape[0]
     for it in range(it0, it1):
         n = it // nb
@@ -183,8 +201,9 @@ def _k_nms(s, mag, em, hasm, lo, hi, cls, nb, it0, it1):
             continue
         en = n if ne > 1 else 0
         for i in range(max(i0, 1), min(i1, H - 1)):
-            _nms_row(s[n, i - 1], s[n, i], s[n, i + 1], W, mag[n, i - 1], mag[n, i], mag[n, i + 1],
-                     em[en, i if hasm else 0], hasm, lo[n], hi[n], cls[n, i])
+            _grad_row(s[n, i - 1], s[n, i], s[n, i + 1], W, gi, gj, mr)
+            _nms_row(gi, gj, W, mag[n, i - 1], mag[n, i], mag[n, i + 1], em[en, i] if hasm else ones,
+                     lo[n], hi[n], cls[n, i])
 
 
 @njit(**_JIT)

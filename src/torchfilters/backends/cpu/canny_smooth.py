@@ -90,10 +90,11 @@ def _smooth_row(x, n, k, wy, iy, wx, ix, cval, bleed, hasb, ext, acc, out):
     rx = wx.shape[0] - 1
     c = x[n, 0, 0]
     xr = x[n, k]
+    e = ext[rx : rx + W]  # views: indices the loops can prove in range, so they vectorise
     w0 = wy[0]
     # the H pass: centre, then the pairs from the outermost in
     for j in range(W):
-        ext[rx + j] = np.float64(xr[j]) * w0
+        e[j] = np.float64(xr[j]) * w0
     for p in range(ry, 0, -1):
         a = iy[ry + k - p]
         b = iy[ry + k + p]
@@ -102,18 +103,18 @@ def _smooth_row(x, n, k, wy, iy, wx, ix, cval, bleed, hasb, ext, acc, out):
             xa = x[n, a]
             xb = x[n, b]
             for j in range(W):
-                ext[rx + j] += (np.float64(xa[j]) + np.float64(xb[j])) * w
+                e[j] += (np.float64(xa[j]) + np.float64(xb[j])) * w
         elif a >= 0 or b >= 0:
             xa = x[n, a if a >= 0 else b]
             for j in range(W):
-                ext[rx + j] += (np.float64(xa[j]) + cval) * w
+                e[j] += (np.float64(xa[j]) + cval) * w
         else:
             v = (cval + cval) * w
             for j in range(W):
-                ext[rx + j] += v
+                e[j] += v
     # stored in the dtype, as SciPy's first pass
     for j in range(W):
-        ext[rx + j] = np.float64(_as(ext[rx + j], c))
+        e[j] = np.float64(_as(e[j], c))
     for q in range(rx):
         a = ix[q]
         ext[q] = ext[rx + a] if a >= 0 else cval
@@ -122,11 +123,13 @@ def _smooth_row(x, n, k, wy, iy, wx, ix, cval, bleed, hasb, ext, acc, out):
     # the W pass
     w0 = wx[0]
     for j in range(W):
-        acc[j] = ext[rx + j] * w0
+        acc[j] = e[j] * w0
     for p in range(rx, 0, -1):
         w = wx[p]
+        el = ext[rx - p : rx - p + W]
+        er = ext[rx + p : rx + p + W]
         for j in range(W):
-            acc[j] += (ext[rx + j - p] + ext[rx + j + p]) * w
+            acc[j] += (el[j] + er[j]) * w
     if hasb:
         br = bleed[n if bleed.shape[0] > 1 else 0, k]
         for j in range(W):
