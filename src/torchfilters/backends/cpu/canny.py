@@ -234,6 +234,75 @@ def _k_hyst(cls, out, W, it0, it1):
                         top += 1
 
 
+@njit(**_JIT)
+def _k_select(bits, ks, nlev, res, it0, it1):
+    """``res[s, t]``: the ``ks[t]``-th smallest (0-based) of ``bits[s]``, compared as unsigned
+    integers (the bits of non-negative floats, NaN above ``inf``: the order of a sort), per slice
+    ``s``: a radix selection over ``nlev`` 16-bit digits from the top, each a counting pass over
+    the slice (the first shared by every target, the others counting only the elements whose
+    higher digits are the target's)."""
+    _N, n = bits.shape
+    K = ks.shape[0]
+    hist = np.zeros((K, 65536), np.int32)  # (the caller keeps n < 2**31)
+    pref = np.zeros(K, np.uint64)
+    rank = np.zeros(K, np.int64)
+    upref = np.zeros(K, np.uint64)
+    slot = np.zeros(K, np.int64)
+    mask = np.uint64(0xFFFF)
+    for s in range(it0, it1):
+        b = bits[s]
+        for lev in range(nlev):
+            shift = np.uint64(16 * (nlev - 1 - lev))
+            if lev == 0:
+                h = hist[0]
+                h[:] = 0
+                for i in range(n):
+                    h[(np.uint64(b[i]) >> shift) & mask] += 1
+            else:
+                nu = 0  # the distinct prefixes: one histogram each
+                for t in range(K):
+                    u = 0
+                    while u < nu and upref[u] != pref[t]:
+                        u += 1
+                    if u == nu:
+                        upref[nu] = pref[t]
+                        hist[nu] = 0
+                        nu += 1
+                    slot[t] = u
+                up = shift + np.uint64(16)
+                for i in range(n):
+                    v = np.uint64(b[i])
+                    hv = v >> up
+                    for u in range(nu):
+                        if hv == upref[u]:
+                            hist[u, (v >> shift) & mask] += 1
+                            break
+            for t in range(K):
+                h = hist[slot[t] if lev else 0]
+                r = ks[t] if lev == 0 else rank[t]
+                d = 0
+                while r >= h[d]:
+                    r -= h[d]
+                    d += 1
+                rank[t] = r
+                pref[t] = (pref[t] << np.uint64(16)) | np.uint64(d) if lev else np.uint64(d)
+        for t in range(K):
+            res[s, t] = pref[t]
+
+
+def _select(flat, idx):
+    """``reference_canny.sorted_select`` by :func:`_k_select` (``flat`` a CPU float tensor)."""
+    N, n = flat.shape
+    if n >= 1 << 31:  # pragma: no cover - int32 counts
+        return _ref.sorted_select(flat, idx)
+    f = flat.contiguous().numpy()
+    u = np.uint32 if f.dtype == np.float32 else np.uint64
+    res = np.empty((N, idx.numel()), np.uint64)
+    _launch(_k_select, (f.view(u), idx.numpy().astype(np.int64), 2 if u is np.uint32 else 4, res), N, _threads(),
+            n < 65536)
+    return torch.from_numpy(res.astype(u).view(f.dtype))
+
+
 def _bands(N: int, H: int, nt: int) -> int:
     """Row bands per slice: enough work items for the threads, bands of at least 32 rows."""
     if nt <= 1 or N >= 2 * nt:
@@ -323,7 +392,7 @@ def _edges(x, plan, cval, bleed, emask, low, high, use_quantiles):
         _launch(_k_smooth, (x, *plan, float(cval), bl, hasb, s, nb), N * nb, nt, serial)
         mag = np.empty_like(x)
         _launch(_k_mag, (s, mag, nb), N * nb, nt, serial)
-        lo, hi = _ref.thresholds(torch.from_numpy(mag), low, high, True)
+        lo, hi = _ref.thresholds(torch.from_numpy(mag), low, high, True, _select)
         _launch(_k_nms, (s, mag, em, hasm, lo.numpy(), hi.numpy(), cls, nb), N * nb, nt, serial)
     else:
         lo, hi = _ref.thresholds(torch.from_numpy(x[:, :0, :0]), low, high, False)
