@@ -208,30 +208,36 @@ def _k_nms(s, mag, em, hasm, lo, hi, cls, nb, it0, it1):
 
 @njit(**_JIT)
 def _k_hyst(cls, out, W, it0, it1):
-    """Flood fill from every seed (class 2) through the low pixels (class >= 1), 8-connected.
-    ``cls``/``out`` are ``(N, H * W)``; classes are 0 on the border, so the neighbours of a class
-    pixel are in range."""
+    """Flood fill from every seed (class 2) through the low pixels (class 1), 8-connected, in
+    place: a reached pixel becomes class 3; then ``out = cls == 3``.  ``cls``/``out`` are
+    ``(N, H * W)``; classes are 0 on the border, so the neighbours of a class pixel are in range.
+    The neighbour tests do not branch: each neighbour is written to the top of a preallocated
+    stack, which grows by one where it is a pixel not reached yet."""
     HW = cls.shape[1]
-    stack = np.empty(HW, np.int64)
+    stack = np.empty(HW + 1, np.int64)
+    one = np.uint8(1)
+    three = np.uint8(3)
     for n in range(it0, it1):
         c = cls[n]
-        o = out[n]
         for p in range(HW):
-            if c[p] != 2 or o[p]:
+            if c[p] != 2:
                 continue
-            o[p] = True
-            top = 0
-            stack[top] = p
-            top += 1
+            c[p] = three
+            stack[0] = p
+            top = 1
             while top > 0:
                 top -= 1
                 q = stack[top]
                 for d in (-W - 1, -W, -W + 1, -1, 1, W - 1, W, W + 1):
                     r = q + d
-                    if c[r] != 0 and not o[r]:
-                        o[r] = True
-                        stack[top] = r
-                        top += 1
+                    v = c[r]
+                    f = np.uint8(v - one) < 2  # class 1 or 2
+                    stack[top] = r
+                    top += f
+                    c[r] = three if f else v
+        o = out[n]
+        for p in range(HW):
+            o[p] = c[p] == three
 
 
 @njit(**_JIT)
@@ -376,7 +382,7 @@ def canonical(mode):
 
 def _edges(x, plan, cval, bleed, emask, low, high, use_quantiles):
     N, H, W = x.shape
-    out = torch.zeros((N, H, W), dtype=torch.bool)
+    out = torch.empty((N, H, W), dtype=torch.bool)
     if x.size == 0:
         return out
     nt = _threads()
