@@ -30,6 +30,7 @@ from . import cache
 
 cache.install()
 
+from .buffers import _alloc
 from .canny_smooth import _as, _k_smooth, _smooth_row, smooth_plan
 from .prims import _JIT
 from .threads import _launch, _threads
@@ -382,7 +383,7 @@ def canonical(mode):
 
 def _edges(x, plan, cval, bleed, emask, low, high, use_quantiles):
     N, H, W = x.shape
-    out = torch.empty((N, H, W), dtype=torch.bool)
+    out = _alloc((N, H, W), torch.bool)  # (large ones from the buffer cache: no page faults)
     if x.size == 0:
         return out
     nt = _threads()
@@ -391,12 +392,13 @@ def _edges(x, plan, cval, bleed, emask, low, high, use_quantiles):
     em = _np(emask) if hasm else np.zeros((1, 1, 1), np.bool_)
     hasb = bleed is not None
     bl = bleed if hasb else x[:1, :1, :1]
-    cls = np.empty((N, H, W), np.uint8)
+    cls = _alloc((N, H, W), torch.uint8).numpy()
     serial = N * H * W < 65536
     if use_quantiles:
-        s = np.empty_like(x)
+        dt = torch.float32 if x.dtype == np.float32 else torch.float64
+        s = _alloc(x.shape, dt).numpy()
         _launch(_k_smooth, (x, *plan, float(cval), bl, hasb, s, nb), N * nb, nt, serial)
-        mag = np.empty_like(x)
+        mag = _alloc(x.shape, dt).numpy()
         _launch(_k_mag, (s, mag, nb), N * nb, nt, serial)
         lo, hi = _ref.thresholds(torch.from_numpy(mag), low, high, True, _select)
         _launch(_k_nms, (s, mag, em, hasm, lo.numpy(), hi.numpy(), cls, nb), N * nb, nt, serial)
