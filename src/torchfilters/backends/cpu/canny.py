@@ -120,13 +120,17 @@ def _nms_row(gi, gj, W, mu, mc, md, em, lo, hi, out):
         aj = abs(b)
         h = (ai <= aj) if s1 else (ai < aj)
         w = (ai if h else aj) / (aj if h else ai)
-        v = mdc[t] if s1 else muc[t]
-        n11 = mcr[t] if h else v
-        v = muc[t] if s1 else mdc[t]
-        n21 = mcl[t] if h else v
-        n12 = mdr[t] if s1 else mur[t]
-        n22 = mul[t] if s1 else mdl[t]
-        keep = emc[t] & (m64 >= lo) & (m > 0) & _lerp_le(n12, n11, w, m64) & _lerp_le(n22, n21, w, m64)
+        # every case's two comparisons, then the case's: a select between loads from different
+        # rows would become gathers
+        u0, u1, u2 = mul[t], muc[t], mur[t]
+        c0, c2 = mcl[t], mcr[t]
+        d0, d1, d2 = mdl[t], mdc[t], mdr[t]
+        ok_a = _lerp_le(d2, d1, w, m64) & _lerp_le(u0, u1, w, m64)
+        ok_b = _lerp_le(d2, c2, w, m64) & _lerp_le(u0, c0, w, m64)
+        ok_c = _lerp_le(u2, c2, w, m64) & _lerp_le(d0, c0, w, m64)
+        ok_d = _lerp_le(u2, u1, w, m64) & _lerp_le(d0, d1, w, m64)
+        ok = (ok_b if h else ok_a) if s1 else (ok_c if h else ok_d)
+        keep = emc[t] & (m64 >= lo) & (m > 0) & ok
         oc[t] = np.uint8(keep) + np.uint8(keep & (m64 >= hi))
 
 
