@@ -191,6 +191,19 @@ def test_one_big_slice_bands():
     finally:
         torch.set_num_threads(old)
     assert torch.equal(banded, tf.canny(x, backend="reference", sigma=1.0))
+    # one long weak edge through every band, seeded only in the first: the seams pass it on
+    rows = np.arange(300)[:, None]
+    y = np.where(np.arange(40)[None] >= 20, 0.3 + 0.7 * np.clip((40 - rows) / 30, 0, 1), 0.0)
+    kw = {"sigma": 1.0, "low_threshold": 0.1, "high_threshold": 2.0}  # seeds in rows < 20 only
+    assert not sk_canny(y, sigma=1.0, low_threshold=2.0, high_threshold=2.0)[20:].any()
+    try:
+        torch.set_num_threads(4)
+        banded = tf.canny(torch.from_numpy(y)[None], backend="cpu", **kw)[0].numpy()
+    finally:
+        torch.set_num_threads(old)
+    ref = sk_canny(y, **kw)
+    assert ref[250:].any()  # reached from the top
+    _check(banded, ref)
 
 
 def test_errors():

@@ -211,38 +211,80 @@ def _k_nms(s, mag, em, hasm, lo, hi, cls, nb, it0, it1):
                      lo[n], hi[n], cls[n, i])
 
 
-@njit(**_JIT)
-def _k_hyst(cls, out, W, it0, it1):
-    """Flood fill from every seed (class 2) through the low pixels (class 1), 8-connected, in
-    place: a reached pixel becomes class 3; then ``out = cls == 3``.  ``cls``/``out`` are
-    ``(N, H * W)``; classes are 0 on the border, so the neighbours of a class pixel are in range.
-    The neighbour tests do not branch: each neighbour is written to the top of a preallocated
-    stack, which grows by one where it is a pixel not reached yet."""
-    HW = cls.shape[1]
-    stack = np.empty(HW + 1, np.int64)
+@njit(inline="always", **_JIT)
+def _fill(c, stack, top, W, p0, p1):
+    """Pop the stack until empty, reaching the class 1 and 2 neighbours (8-connected) of each
+    pixel (class 3) within ``[p0, p1)``: a reached pixel becomes class 3 and is pushed.  The
+    tests do not branch: each neighbour (or, outside ``[p0, p1)``, the pixel itself, class 3)
+    is written to the top of the stack, which grows by one where it was class 1 or 2.  Classes
+    are 0 on the border, so the neighbours of a class pixel are in range."""
     one = np.uint8(1)
     three = np.uint8(3)
+    while top > 0:
+        top -= 1
+        q = stack[top]
+        for d in (-W - 1, -W, -W + 1, -1, 1, W - 1, W, W + 1):
+            r = q + d
+            r = r if (r >= p0) & (r < p1) else q
+            v = c[r]
+            f = np.uint8(v - one) < 2
+            stack[top] = r
+            top += f
+            c[r] = three if f else v
+
+
+@njit(**_JIT)
+def _k_hyst(cls, W, nb, it0, it1):
+    """Hysteresis, in place, per work item ``(slice, band)``: a flood fill from every seed
+    (class 2) of the band through the low pixels (class 1) of the band; reached pixels become
+    class 3.  ``cls`` is ``(N, H * W)``.  Paths that cross a band seam are followed by
+    :func:`_k_seams`."""
+    _N, HW = cls.shape
+    H = HW // W
+    stack = np.empty((H // nb + 2) * W + 1, np.int64)
+    for it in range(it0, it1):
+        n = it // nb
+        b = it % nb
+        p0 = (b * H // nb) * W
+        p1 = ((b + 1) * H // nb) * W
+        c = cls[n]
+        for p in range(p0, p1):
+            if c[p] == 2:
+                c[p] = 3
+                stack[0] = p
+                _fill(c, stack, 1, W, p0, p1)
+
+
+@njit(**_JIT)
+def _k_seams(cls, W, nb, it0, it1):
+    """After :func:`_k_hyst` with ``nb`` bands a slice: from every reached pixel (class 3) of
+    the two rows at each seam, the flood fill through the whole slice, per slice.  A path from
+    a seed first leaves its band from a pixel of one of those rows, which the band's fill
+    reached; so every pixel connected to a seed is reached."""
+    _N, HW = cls.shape
+    H = HW // W
+    stack = np.empty(HW + 1, np.int64)
     for n in range(it0, it1):
         c = cls[n]
-        for p in range(HW):
-            if c[p] != 2:
-                continue
-            c[p] = three
-            stack[0] = p
-            top = 1
-            while top > 0:
-                top -= 1
-                q = stack[top]
-                for d in (-W - 1, -W, -W + 1, -1, 1, W - 1, W, W + 1):
-                    r = q + d
-                    v = c[r]
-                    f = np.uint8(v - one) < 2  # class 1 or 2
-                    stack[top] = r
-                    top += f
-                    c[r] = three if f else v
+        for b in range(1, nb):
+            i = b * H // nb
+            for p in range((i - 1) * W, (i + 1) * W):
+                if c[p] == 3:
+                    stack[0] = p
+                    _fill(c, stack, 1, W, 0, HW)
+
+
+@njit(**_JIT)
+def _k_reached(cls, out, nb, it0, it1):
+    """``out = cls == 3`` per work item ``(slice, band)`` (``(N, H * W)`` both)."""
+    _N, HW = cls.shape
+    for it in range(it0, it1):
+        n = it // nb
+        b = it % nb
+        c = cls[n]
         o = out[n]
-        for p in range(HW):
-            o[p] = c[p] == three
+        for p in range(b * HW // nb, (b + 1) * HW // nb):
+            o[p] = c[p] == 3
 
 
 @njit(**_JIT)
@@ -410,7 +452,11 @@ def _edges(x, plan, cval, bleed, emask, low, high, use_quantiles):
         lo, hi = _ref.thresholds(torch.from_numpy(x[:, :0, :0]), low, high, False)
         _launch(_k_fused, (x, *plan, float(cval), bl, hasb, em, hasm, lo.numpy(), hi.numpy(), cls, nb),
                 N * nb, nt, serial)
-    _launch(_k_hyst, (cls.reshape(N, H * W), out.numpy().reshape(N, H * W), W), N, nt, serial)
+    c2 = cls.reshape(N, H * W)
+    _launch(_k_hyst, (c2, W, nb), N * nb, nt, serial)
+    if nb > 1:
+        _launch(_k_seams, (c2, W, nb), N, nt, serial)
+    _launch(_k_reached, (c2, out.numpy().reshape(N, H * W), nb), N * nb, nt, serial)
     return out
 
 
