@@ -249,7 +249,7 @@ def _k_hyst(cls, W, nb, it0, it1):
         p1 = ((b + 1) * H // nb) * W
         c = cls[n]
         for p in range(p0, p1):
-            if c[p] == 2:
+            if c[p] == 2:  # (seeds pushed without a branch, then one fill, measured the same)
                 c[p] = 3
                 stack[0] = p
                 _fill(c, stack, 1, W, p0, p1)
@@ -266,12 +266,13 @@ def _k_seams(cls, W, nb, it0, it1):
     stack = np.empty(HW + 1, np.int64)
     for n in range(it0, it1):
         c = cls[n]
+        top = 0
         for b in range(1, nb):
             i = b * H // nb
             for p in range((i - 1) * W, (i + 1) * W):
-                if c[p] == 3:
-                    stack[0] = p
-                    _fill(c, stack, 1, W, 0, HW)
+                stack[top] = p
+                top += c[p] == 3
+        _fill(c, stack, top, W, 0, HW)
 
 
 @njit(**_JIT)
@@ -281,9 +282,11 @@ def _k_reached(cls, out, nb, it0, it1):
     for it in range(it0, it1):
         n = it // nb
         b = it % nb
-        c = cls[n]
-        o = out[n]
-        for p in range(b * HW // nb, (b + 1) * HW // nb):
+        p0 = b * HW // nb
+        p1 = (b + 1) * HW // nb
+        c = cls[n, p0:p1]  # views: the loop vectorises
+        o = out[n, p0:p1]
+        for p in range(p1 - p0):
             o[p] = c[p] == 3
 
 
