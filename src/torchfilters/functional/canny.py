@@ -172,10 +172,10 @@ def canny(
 
     scikit-image: on each ``(H, W)`` slice ``x``, the same as
     ``skimage.feature.canny(x, sigma, low_threshold, high_threshold, mask,
-    use_quantiles, mode=mode, cval=cval)``; float64 (and integer) images give
-    identical edge maps; float32 ones can differ on a few pixels (0.1%% at most on
-    scikit-image's sample images) where the float32 Gaussian's rounding differs from
-    SciPy's (SciPy computes each pass in float64 and rounds it to float32).
+    use_quantiles, mode=mode, cval=cval)``: identical edge maps for float64, float32
+    and integer images (a float32 image's Gaussian is computed as SciPy computes it,
+    each 1-D pass in float64 rounded to float32; the CPU engine does so inside its
+    fused kernel, one row at a time).
 
     Example:
         >>> import torch, torchfilters as tf

@@ -1,22 +1,32 @@
-"""Canny edges on the CPU: fused numba kernels after the smoothing (``torchfilters.canny``).
+"""Canny edges on the CPU: fused numba kernels, smoothing included (``torchfilters.canny``).
 
-Two passes over each ``(H, W)`` slice of the smoothed images ``(N, H, W)``:
+Per ``(H, W)`` slice of the images ``(N, H, W)`` (float32 or float64, zeroed outside the mask):
 
-1. **Sobel -> magnitude -> NMS, fused** (:func:`_k_edges`): a work item is a band of rows of
-   one slice; it computes the magnitude of its rows plus one halo row above and below into a
-   thread-local buffer (rows are recomputed at band seams, never stored), then classifies each
-   pixel (0: suppressed, 1: low, 2: seed, ``>= high``) with the gradient recomputed at the pixel.
-   With ``use_quantiles`` the thresholds need the whole magnitude first: :func:`_k_mag` writes
-   it, the thresholds are taken per slice (``reference_canny.thresholds``), and
-   :func:`_k_nms` classifies from it.
+1. **Gaussian -> Sobel -> magnitude -> NMS, fused** (:func:`_k_fused`): a work item is a band
+   of rows of one slice.  It computes the smoothed rows of its band plus two halo rows above and
+   below, one at a time, into a ring of five rows (``canny_smooth._smooth_row``: SciPy's two
+   float64 passes, each rounded to the dtype, and the bleed-over division), the gradient and
+   magnitude of each into rings of three (:func:`_grad_row`), and classifies each pixel (0:
+   suppressed, 1: low, 2: seed, ``>= high``) from them (:func:`_nms_row`, without branches).
+   Nothing but the classes is stored; halo rows are recomputed at band seams.  The bleed-over
+   without a mask (the Gaussian of ones plus epsilon) is computed once per ``(H, W, sigma, mode,
+   cval, dtype)`` and kept (:func:`_bleed_ones`); a mask's is computed per call (once when the
+   mask is broadcast over the batch).  With ``use_quantiles`` the thresholds need the whole
+   magnitude first: :func:`_k_smooth` and :func:`_k_mag` write it, the order statistics are
+   taken per slice by a radix selection (:func:`_k_select`, no sort) and interpolated as
+   ``numpy.percentile`` (``reference_canny.thresholds``), and :func:`_k_nms` classifies.
 2. **Hysteresis** (:func:`_k_hyst`): a stack-based flood fill from every seed through the low
-   pixels (8-connected), O(pixels), one work item per slice.
+   pixels (8-connected), in place, per (slice, band); with several bands a slice,
+   :func:`_k_seams` continues it from the reached pixels at every seam, and
+   :func:`_k_reached` writes the bool map.
 
-The arithmetic is ``reference_canny``'s (SciPy's Sobel rounding, NumPy's float32 magnitude, the
-C promotions of scikit-image's NMS), so the classes are the reference's bit for bit.  Work items
-run on the package's thread pool (``threads._launch``): parallel over slices, and over row bands
-of each slice when there are fewer slices than threads.  Kernels are cached on disk like the
-others (``cache.install()``).
+The arithmetic is ``reference_canny``'s (SciPy's Gaussian and Sobel rounding, NumPy's float32
+magnitude, the C promotions of scikit-image's NMS), so the classes are the reference's bit for
+bit.  The row loops read views at fixed offsets (never clamped indices), so LLVM vectorises
+them.  Work items run on the package's thread pool (``threads._launch``): parallel over slices,
+and over row bands of each slice when there are fewer slices than threads.  The classes, the
+edge map and the quantile path's temporaries come from the buffer cache (no page faults).
+Kernels are cached on disk like the others (``cache.install()``); one compilation per dtype.
 """
 
 from __future__ import annotations
