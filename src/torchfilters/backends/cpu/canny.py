@@ -145,11 +145,13 @@ def _nms_row(gi, gj, W, mu, mc, md, em, lo, hi, out):
 
 
 @njit(**_JIT)
-def _k_fused(x, wy, iy, wx, ix, cval, bleed, hasb, em, hasm, lo, hi, cls, nb, it0, it1):
+def _k_fused(x, wy, iy, wx, ix, cval, bleed, hasb, em, hasm, lo, hi, cls, flat, out, nb, it0, it1):
     """Smoothing -> Sobel -> magnitude -> NMS over work items ``(slice, band)``; classes into
     ``cls``.  The smoothed rows of the band and two halo rows on each side go to a ring of five
     rows (:func:`canny_smooth._smooth_row`), the gradient and magnitude to rings of three:
-    nothing but the classes leaves the cache; halo rows are recomputed at band seams."""
+    nothing but the classes leaves the cache; halo rows are recomputed at band seams.  With one
+    band a slice (``nb == 1``) the item then runs the slice's hysteresis while its classes are in
+    cache (``flat``: ``cls`` as ``(N, H * W)``; ``out`` the bool map, likewise)."""
     _N, H, W = x.shape
     ext = np.empty(W + 2 * (wx.shape[0] - 1), np.float64)
     acc = np.empty(W, np.float64)
@@ -159,6 +161,7 @@ def _k_fused(x, wy, iy, wx, ix, cval, bleed, hasb, em, hasm, lo, hi, cls, nb, it
     M = np.empty((3, W), x.dtype)
     ones = np.ones(W, np.bool_)
     ne = em.shape[0]
+    stack = np.empty(H * W + 1 if nb == 1 else 1, np.int64)
     for it in range(it0, it1):
         n = it // nb
         b = it % nb
@@ -168,6 +171,8 @@ def _k_fused(x, wy, iy, wx, ix, cval, bleed, hasb, em, hasm, lo, hi, cls, nb, it
         a = max(i0, 1)
         e = min(i1, H - 1)
         if a >= e or W < 3:
+            if nb == 1:
+                out[n] = False
             continue
         en = n if ne > 1 else 0
         nxt = max(a - 2, 0)
@@ -181,6 +186,9 @@ def _k_fused(x, wy, iy, wx, ix, cval, bleed, hasb, em, hasm, lo, hi, cls, nb, it
             if i >= a:
                 _nms_row(GI[i % 3], GJ[i % 3], W, M[(i - 1) % 3], M[i % 3], M[(i + 1) % 3],
                          em[en, i] if hasm else ones, lo[n], hi[n], cls[n, i])
+        if nb == 1:
+            _hyst_band(flat[n], stack, W, 0, H * W)
+            _reached(flat[n], out[n])
 
 
 @njit(**_JIT)
@@ -243,6 +251,23 @@ def _fill(c, stack, top, W, p0, p1):
             c[r] = three if f else v
 
 
+@njit(inline="always", **_JIT)
+def _hyst_band(c, stack, W, p0, p1):
+    """The flood fill from every seed of ``c[p0:p1]`` within it (``c`` one slice, flat)."""
+    for p in range(p0, p1):
+        if c[p] == 2:  # (seeds pushed without a branch, then one fill, measured the same)
+            c[p] = 3
+            stack[0] = p
+            _fill(c, stack, 1, W, p0, p1)
+
+
+@njit(inline="always", **_JIT)
+def _reached(c, o):
+    """``o = c == 3`` (views of equal length: the loop vectorises)."""
+    for p in range(c.shape[0]):
+        o[p] = c[p] == 3
+
+
 @njit(**_JIT)
 def _k_hyst(cls, W, nb, it0, it1):
     """Hysteresis, in place, per work item ``(slice, band)``: a flood fill from every seed
@@ -257,12 +282,7 @@ def _k_hyst(cls, W, nb, it0, it1):
         b = it % nb
         p0 = (b * H // nb) * W
         p1 = ((b + 1) * H // nb) * W
-        c = cls[n]
-        for p in range(p0, p1):
-            if c[p] == 2:  # (seeds pushed without a branch, then one fill, measured the same)
-                c[p] = 3
-                stack[0] = p
-                _fill(c, stack, 1, W, p0, p1)
+        _hyst_band(cls[n], stack, W, p0, p1)
 
 
 @njit(**_JIT)
@@ -294,10 +314,7 @@ def _k_reached(cls, out, nb, it0, it1):
         b = it % nb
         p0 = b * HW // nb
         p1 = (b + 1) * HW // nb
-        c = cls[n, p0:p1]  # views: the loop vectorises
-        o = out[n, p0:p1]
-        for p in range(p1 - p0):
-            o[p] = c[p] == 3
+        _reached(cls[n, p0:p1], out[n, p0:p1])
 
 
 @njit(**_JIT)
@@ -452,6 +469,8 @@ def _edges(x, plan, cval, bleed, emask, low, high, use_quantiles):
     hasb = bleed is not None
     bl = bleed if hasb else x[:1, :1, :1]
     cls = _alloc((N, H, W), torch.uint8).numpy()
+    c2 = cls.reshape(N, H * W)
+    o2 = out.numpy().reshape(N, H * W)
     serial = N * H * W < 65536
     if use_quantiles:
         dt = torch.float32 if x.dtype == np.float32 else torch.float64
@@ -463,13 +482,14 @@ def _edges(x, plan, cval, bleed, emask, low, high, use_quantiles):
         _launch(_k_nms, (s, mag, em, hasm, lo.numpy(), hi.numpy(), cls, nb), N * nb, nt, serial)
     else:
         lo, hi = _ref.thresholds(torch.from_numpy(x[:, :0, :0]), low, high, False)
-        _launch(_k_fused, (x, *plan, float(cval), bl, hasb, em, hasm, lo.numpy(), hi.numpy(), cls, nb),
+        _launch(_k_fused, (x, *plan, float(cval), bl, hasb, em, hasm, lo.numpy(), hi.numpy(), cls, c2, o2, nb),
                 N * nb, nt, serial)
-    c2 = cls.reshape(N, H * W)
+        if nb == 1:  # the hysteresis ran in the fused items
+            return out
     _launch(_k_hyst, (c2, W, nb), N * nb, nt, serial)
     if nb > 1:
         _launch(_k_seams, (c2, W, nb), N, nt, serial)
-    _launch(_k_reached, (c2, out.numpy().reshape(N, H * W), nb), N * nb, nt, serial)
+    _launch(_k_reached, (c2, o2, nb), N * nb, nt, serial)
     return out
 
 
