@@ -179,6 +179,13 @@ def test_engines_agree():
                    {"low_threshold": -1.0, "high_threshold": 0.1}):
             ref = tf.canny(x.to(dt), backend="reference", **kw)
             assert torch.equal(tf.canny(x.to(dt), backend="cpu", **kw), ref)
+    # the op on smoothed images (the engines' common entry): the CPU engine's identity Gaussian
+    from torchfilters import _ops_canny
+
+    s = x.reshape(6, 50, 45).contiguous()
+    for uq, lo, hi in ((False, 0.1, 0.2), (True, 0.3, 0.9)):
+        assert torch.equal(_ops_canny.canny_edges_op(s, None, lo, hi, uq, "cpu"),
+                           _ops_canny.canny_edges_op(s, None, lo, hi, uq, "reference"))
 
 
 def test_one_big_slice_bands():
