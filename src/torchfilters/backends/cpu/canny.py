@@ -321,9 +321,10 @@ def _bleed_ones(H, W, sigma, mode, cval, dtype, plan):
     if b is None:
         ones = np.ones((1, H, W), _np_dtype(dtype))
         b = _smooth(ones, plan, cval, None) + np.finfo(ones.dtype).eps
-        if len(_BLEED) >= 8:
-            _BLEED.clear()
-        _BLEED[key] = b
+        if b.nbytes <= 1 << 26:  # (kept up to 64 MiB each, 8 at most)
+            if len(_BLEED) >= 8:
+                _BLEED.clear()
+            _BLEED[key] = b
     return b
 
 
