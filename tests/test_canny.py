@@ -179,6 +179,13 @@ def test_engines_agree():
                    {"low_threshold": -1.0, "high_threshold": 0.1}):
             ref = tf.canny(x.to(dt), backend="reference", **kw)
             assert torch.equal(tf.canny(x.to(dt), backend="cpu", **kw), ref)
+    # the op on smoothed images (the engines' common entry): the CPU engine's identity Gaussian
+    from torchfilters import _ops_canny
+
+    s = x.reshape(6, 50, 45).contiguous()
+    for uq, lo, hi in ((False, 0.1, 0.2), (True, 0.3, 0.9)):
+        assert torch.equal(_ops_canny.canny_edges_op(s, None, lo, hi, uq, "cpu"),
+                           _ops_canny.canny_edges_op(s, None, lo, hi, uq, "reference"))
 
 
 def test_one_big_slice_bands():
@@ -191,6 +198,19 @@ def test_one_big_slice_bands():
     finally:
         torch.set_num_threads(old)
     assert torch.equal(banded, tf.canny(x, backend="reference", sigma=1.0))
+    # one long weak edge through every band, seeded only in the first: the seams pass it on
+    rows = np.arange(300)[:, None]
+    y = np.where(np.arange(40)[None] >= 20, 0.3 + 0.7 * np.clip((40 - rows) / 30, 0, 1), 0.0)
+    kw = {"sigma": 1.0, "low_threshold": 0.1, "high_threshold": 2.0}  # seeds in rows < 20 only
+    assert not sk_canny(y, sigma=1.0, low_threshold=2.0, high_threshold=2.0)[20:].any()
+    try:
+        torch.set_num_threads(4)
+        banded = tf.canny(torch.from_numpy(y)[None], backend="cpu", **kw)[0].numpy()
+    finally:
+        torch.set_num_threads(old)
+    ref = sk_canny(y, **kw)
+    assert ref[250:].any()  # reached from the top
+    _check(banded, ref)
 
 
 def test_errors():
@@ -299,3 +319,71 @@ def test_triton_interpreted():
         y[..., 20:, 35:] = 0.3  # a weak stretch, linked to the strong one only along the edge
         kw = {"sigma": 1.0, "low_threshold": 0.05, "high_threshold": 0.5}
         assert torch.equal(tf.canny(y, backend="triton", **kw), tf.canny(y, backend="cpu", **kw))
+
+
+# ---------------------------------------------------------------- the CPU engine's fused Gaussian
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("mode", ["reflect", "mirror", "nearest", "wrap", "constant", "grid-constant", "grid-wrap"])
+def test_modes_and_sigmas(mode, engine):
+    """Every boundary mode (``'constant'`` divides by the bleed-over, ``'grid-constant'`` does not,
+    as in skimage), per-axis, zero and large sigmas (a radius beyond the image), float64 and
+    float32 (each pass rounded as SciPy stores it)."""
+    g = np.random.default_rng(10)
+    im = g.random((23, 19))
+    im[5:17, 4:12] += 1.0
+    for kw in ({"sigma": (0.7, 2.5)}, {"sigma": 0.0, "low_threshold": 0.2, "high_threshold": 0.6},
+               {"sigma": 6.0, "low_threshold": 0.005, "high_threshold": 0.01}, {"sigma": 1.2, "cval": 0.4}):
+        for f in (im, im.astype(np.float32)):
+            _check(tf.canny(torch.from_numpy(f), backend=engine, mode=mode, **kw), sk_canny(f, mode=mode, **kw))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_per_slice_masks(engine):
+    """A different mask per slice (its own bleed-over), with and without quantiles."""
+    g = np.random.default_rng(11)
+    x = g.random((3, 30, 28))
+    x[:, 8:22, 6:20] += 1.0
+    m = g.random((3, 30, 28)) > 0.2
+    m[1, :, :10] = False
+    for kw in ({"sigma": 1.0}, {"mode": "reflect", "sigma": 1.5},
+               {"use_quantiles": True, "low_threshold": 0.5, "high_threshold": 0.8}):
+        for f in (x, x.astype(np.float32)):
+            ours = tf.canny(torch.from_numpy(f), mask=torch.from_numpy(m), backend=engine, **kw).numpy()
+            for b in range(3):
+                _check(ours[b], sk_canny(f[b], mask=m[b], **kw))
+
+
+def test_radix_select():
+    """The CPU engine's order statistics equal a sort's: ties, zeros, inf and NaN (last)."""
+    from torchfilters.backends.cpu import canny as cpu_canny
+
+    g = torch.Generator().manual_seed(12)
+    for dt in (torch.float32, torch.float64):
+        cases = [torch.rand(5, 1000, generator=g, dtype=dt), torch.zeros(3, 77, dtype=dt),
+                 (torch.rand(4, 5000, generator=g) * 4).round().to(dt),
+                 torch.tensor([[float("nan"), 1.0, float("inf"), 0.0, 2.0, float("nan")]], dtype=dt),
+                 torch.rand(2, 70000, generator=g, dtype=dt) * 1e-30]
+        for flat in cases:
+            n = flat.shape[1]
+            idx = torch.tensor(sorted({0, n // 3, n // 2, min(n - 1, n // 2 + 1), n - 1}))
+            want = reference_canny.sorted_select(flat, idx)
+            got = cpu_canny._select(flat, idx)
+            assert torch.equal(got.isnan(), want.isnan())
+            assert torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+def test_one_big_slice_bands_quantiles_mask():
+    """Row bands across threads with quantiles and a mask: the reference's map."""
+    g = np.random.default_rng(13)
+    x = torch.from_numpy(g.random((1, 300, 97)))
+    m = torch.from_numpy(g.random((300, 97)) > 0.1)
+    kw = {"sigma": 1.5, "use_quantiles": True, "low_threshold": 0.6, "high_threshold": 0.9, "mask": m}
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        banded = tf.canny(x, backend="cpu", **kw)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(banded, tf.canny(x, backend="reference", **kw))

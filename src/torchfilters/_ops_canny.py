@@ -45,3 +45,30 @@ def canny_edges_op(smoothed: Tensor, eroded_mask: Optional[Tensor], low: float, 
 @canny_edges_op.register_fake
 def _(smoothed, eroded_mask, low, high, use_quantiles, backend):
     return smoothed.new_empty(smoothed.shape, dtype=torch.bool)
+
+
+@torch.library.custom_op(f"{_LIB}::canny", mutates_args=())
+def canny_op(image: Tensor, mask: Optional[Tensor], eroded_mask: Optional[Tensor],  # noqa: UP045
+             sigma_y: float, sigma_x: float, mode: str, cval: float, bleed_over: bool,
+             low: float, high: float, use_quantiles: bool, backend: str) -> Tensor:
+    """The edges of the converted (and masked) images ``(N, H, W)``, smoothing included.
+    ``mask``/``eroded_mask``: bool ``(1 or N, H, W)``.  An engine with ``canny_fused`` (the CPU
+    one) smooths inside its fused kernel; the others get the Gaussian of
+    :func:`torchfilters.functional.canny.smooth` and run ``canny_edges``."""
+    eng = engine(backend, image.device, image.dtype)
+    sigma = (sigma_y, sigma_x)
+    fused = getattr(eng, "canny_fused", None)
+    if fused is not None:
+        out = fused(image, mask, eroded_mask, sigma, mode, cval, bleed_over, low, high, use_quantiles)
+        if out is not None:
+            return out
+    from .functional.canny import smooth
+
+    s = smooth(image, mask, sigma, mode, cval, bleed_over, backend)
+    em = None if eroded_mask is None else eroded_mask.expand(image.shape).contiguous()
+    return eng.canny_edges(s, em, low, high, use_quantiles)
+
+
+@canny_op.register_fake
+def _(image, mask, eroded_mask, sigma_y, sigma_x, mode, cval, bleed_over, low, high, use_quantiles, backend):
+    return image.new_empty(image.shape, dtype=torch.bool)

@@ -34,6 +34,7 @@ __all__ = [
     "magnitude",
     "nms_classes",
     "sobel_pair",
+    "sorted_select",
     "thresholds",
 ]
 
@@ -82,21 +83,27 @@ def low_value(low: float) -> float:
     return v
 
 
-def thresholds(mag: Tensor, low: float, high: float, use_quantiles: bool):
+def sorted_select(flat: Tensor, idx: Tensor) -> Tensor:
+    """The order statistics ``idx`` (0-based ranks, int64 ``(K,)``) of each row of ``flat``
+    ``(N, n)``, ``(N, K)``: a full sort (NaN last)."""
+    return torch.sort(flat, dim=1).values[:, idx.to(flat.device)]
+
+
+def thresholds(mag: Tensor, low: float, high: float, use_quantiles: bool, select=sorted_select):
     """Per-slice ``(lo, hi)`` float64 tensors ``(N,)``, compared with ``float64(magnitude)``.
 
     ``use_quantiles``: ``numpy.percentile(magnitude, [100 low, 100 high])`` of each slice (method
     ``'linear'``: index ``(n - 1) * q`` with ``q = (100 low) / 100``, ``a + (b - a) t`` for ``t < 0.5``
     and ``b - (b - a)(1 - t)`` otherwise, ``b - a`` in the magnitude's dtype and the rest in
-    float64, as NumPy computes it).  Otherwise the numbers given; ``high`` rounded to the
-    magnitude's dtype (NumPy compares a float32 array with a Python float in float32).  ``lo`` is
-    then rounded as :func:`low_value` says."""
+    float64, as NumPy computes it); ``a`` and ``b`` are the order statistics that ``select``
+    (:func:`sorted_select`; the CPU engine's is a radix selection) takes of each slice.  Otherwise
+    the numbers given; ``high`` rounded to the magnitude's dtype (NumPy compares a float32 array
+    with a Python float in float32).  ``lo`` is then rounded as :func:`low_value` says."""
     N = mag.shape[0]
     dev = mag.device
     if use_quantiles and mag.numel():
         flat = mag.reshape(N, -1)
         n = flat.shape[1]
-        srt = torch.sort(flat, dim=1).values
         qs = torch.tensor([100.0 * low, 100.0 * high], dtype=torch.float64) / 100.0
         vi = (n - 1) * qs
         prev = torch.floor(vi)
@@ -106,8 +113,9 @@ def thresholds(mag: Tensor, low: float, high: float, use_quantiles: bool):
         above = vi >= n - 1
         pi[above] = n - 1
         ni[above] = n - 1
-        a = srt[:, pi.to(dev)]
-        b = srt[:, ni.to(dev)]
+        ab = select(flat, torch.cat([pi, ni]))
+        a = ab[:, :2]
+        b = ab[:, 2:]
         diff = (b - a).double()
         t = t.to(dev)
         val = torch.where(t >= 0.5, b.double() - diff * (1 - t), a.double() + diff * t)

@@ -172,10 +172,10 @@ def canny(
 
     scikit-image: on each ``(H, W)`` slice ``x``, the same as
     ``skimage.feature.canny(x, sigma, low_threshold, high_threshold, mask,
-    use_quantiles, mode=mode, cval=cval)``; float64 (and integer) images give
-    identical edge maps; float32 ones can differ on a few pixels (0.1%% at most on
-    scikit-image's sample images) where the float32 Gaussian's rounding differs from
-    SciPy's (SciPy computes each pass in float64 and rounds it to float32).
+    use_quantiles, mode=mode, cval=cval)``: identical edge maps for float64, float32
+    and integer images (a float32 image's Gaussian is computed as SciPy computes it,
+    each 1-D pass in float64 rounded to float32; the CPU engine does so inside its
+    fused kernel, one row at a time).
 
     Example:
         >>> import torch, torchfilters as tf
@@ -219,15 +219,30 @@ def canny(
     xf = _to_float(x)
     if x.numel() == 0:
         return torch.zeros(shape, dtype=torch.bool, device=x.device)
-    gkw = {"mode": mode, "cval": cval, "truncate": 4.0, "backend": backend}
+    N = math.prod(shape[:-2])
+    m3 = emask = None
     if mask is not None:
         xf = torch.where(mask, xf, torch.zeros((), dtype=xf.dtype, device=xf.device))
-    smoothed = _gaussian(xf, sigma, gkw)
-    if mode == "constant" or mask is not None:
-        ones = mask.to(xf.dtype) if mask is not None else torch.ones((H, W), dtype=xf.dtype, device=x.device)
-        smoothed = smoothed / (_gaussian(ones, sigma, gkw) + torch.finfo(xf.dtype).eps)
-    N = math.prod(shape[:-2])
-    smoothed = smoothed.reshape(N, H, W).contiguous()
-    emask = None if mask is None else _erode(mask.reshape(N, H, W))
-    edges = _ops_canny.canny_edges_op(smoothed, emask, low, high, uq, backend)
+        # one mask slice when it is broadcast over the batch (its Gaussian computed once)
+        m3 = mask[(0,) * (mask.dim() - 2)][None] if not any(mask.stride()[:-2]) else mask.reshape(N, H, W)
+        emask = _erode(m3)
+    image = xf.reshape(N, H, W).contiguous()
+    bleed_over = mode == "constant" or mask is not None  # scikit-image's test, that exact string
+    edges = _ops_canny.canny_op(image, m3, emask, sigma[0], sigma[1], mode, cval, bleed_over,
+                                low, high, uq, backend)
     return edges.reshape(shape)
+
+
+def smooth(image: Tensor, mask: Tensor | None, sigma, mode: str, cval: float, bleed_over: bool,
+           backend: str) -> Tensor:
+    """The smoothed images ``(N, H, W)`` of the engines without a fused Gaussian: SciPy's
+    ``gaussian_filter`` of ``image`` (:func:`_gaussian`), divided with ``bleed_over`` by the same
+    Gaussian of ``mask`` (``(1 or N, H, W)``; of ones without one) plus the dtype's epsilon."""
+    gkw = {"mode": mode, "cval": cval, "truncate": 4.0, "backend": backend}
+    s = _gaussian(image, sigma, gkw)
+    if bleed_over:
+        H, W = image.shape[-2:]
+        ones = mask.to(image.dtype) if mask is not None else torch.ones((H, W), dtype=image.dtype,
+                                                                        device=image.device)
+        s = s / (_gaussian(ones, sigma, gkw) + torch.finfo(image.dtype).eps)
+    return s.contiguous()

@@ -32,7 +32,8 @@ _CARRIER = {
     torch.float16: np.uint16(0),
     torch.bfloat16: np.int16(0),
 }
-_NP_STORAGE = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.bfloat16: np.int16}
+_NP_STORAGE = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.bfloat16: np.int16,
+               torch.uint8: np.uint8, torch.bool: np.bool_}  # (uint8, bool: the Canny maps)
 
 _JIT = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
 
