@@ -44,12 +44,13 @@ def _check(ours, ref):
     assert diff == 0, f"{diff} pixels differ of {ref.size} ({ref.sum()} edges)"
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("setting", list(SETTINGS))
+#: the reference's iterated dilation is slow on 512x512: two settings suffice for it
+_SAMPLE_CASES = [(e, st) for e in ENGINES for st in SETTINGS if e != "reference" or st in ("default", "quantiles")]
+
+
+@pytest.mark.parametrize("engine, setting", _SAMPLE_CASES)
 @pytest.mark.parametrize("name", ["camera", "coins", "checkerboard", "text"])
 def test_sample_images_float64(images, name, setting, engine):
-    if engine == "reference" and setting not in ("default", "quantiles"):
-        pytest.skip("the reference's iterated dilation is slow on 512x512: two settings suffice")
     im = images[name].astype(np.float64) / 255.0
     kw = SETTINGS[setting]
     _check(tf.canny(torch.from_numpy(im), backend=engine, **kw), sk_canny(im, **kw))

@@ -307,9 +307,10 @@ bit for bit in every dtype, wherever a window holds no NaN (a tie of
 SciPy's result depends on which of its algorithms runs (a selection for
 general ranks, Harter's MINLIST for separable minimum and maximum, a heap
 for 1-D windows): ``scipy.ndimage.median_filter([1, 5, nan, 3, 2], 3)``
-gives ``[1, nan, nan, nan, 2]`` while ``minimum_filter1d`` of the same
-row with ``size=5`` gives ``[1, 1, 1, 5, nan]``.  torchfilters orders
-NaN last everywhere instead, on every engine."""
+gives ``[1, nan, nan, nan, 2]`` (NaN last: ``[1, 5, 5, 3, 2]``) and
+``maximum_filter1d`` of that row with ``size=3`` gives
+``[5, 5, 5, nan, 3]``, the NaN seen by one window only.  torchfilters
+orders NaN last everywhere instead, on every engine."""
 
 _returns = """\
 %(out_shape)s tensor%(out_note)s

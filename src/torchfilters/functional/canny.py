@@ -133,11 +133,13 @@ def canny(
     4. hysteresis: the 8-connected components of the kept pixels (``magnitude > 0``)
        that contain a pixel ``>= high_threshold``.
 
-    Thresholds are in the units of the converted image (``img_as_float``: an
-    integer image's thresholds are divided by its dtype's maximum, so ``uint8``
-    thresholds are given in 0..255), or quantiles of each slice's magnitude with
-    ``use_quantiles=True`` (``numpy.percentile``, linear, per slice).  The low
-    threshold is rounded to float32 (a C ``float`` in scikit-image), 0 meaning
+    Thresholds given explicitly are in the input's own range: an integer image is
+    converted as ``img_as_float`` converts it (divided by its dtype's maximum) and
+    so are its thresholds, so a ``uint8`` image takes thresholds in 0..255.  The
+    defaults (0.1 and 0.2) are in the converted ``[0, 1]`` units whatever the dtype
+    (scikit-image's rule: ``low_threshold=0.1`` on ``uint8`` is not the default).
+    With ``use_quantiles=True`` both are quantiles of each slice's magnitude
+    (``numpy.percentile``, linear, per slice).  The low threshold is rounded to float32 (a C ``float`` in scikit-image), 0 meaning
     ``1e-14``.  Edge maps are not differentiable.
 
     Args:
@@ -151,8 +153,11 @@ def canny(
         %(mask)s
         use_quantiles: treat both thresholds as quantiles in ``[0, 1]`` of
             each slice's gradient magnitude.  A bool.  Default False.
-        %(mode)s
-            Default ``'constant'`` (scikit-image's).
+        mode: how the Gaussian extends the image past its edges, one of SciPy's
+            names (``'reflect'``, ``'mirror'``, ``'nearest'``, ``'wrap'``,
+            ``'constant'`` and the ``grid-`` aliases; see
+            :func:`torchfilters.gaussian_filter`), one for both axes.  Default
+            ``'constant'`` (scikit-image's), which also divides by the Gaussian of ones.
         %(cval)s
         %(backend)s
 
