@@ -102,7 +102,7 @@ def test_backward_times_autograd_rows_only(tmp_path):
 
 
 @pytest.mark.parametrize("argv, where", [
-    (["--op", "median_filter"], "argument --op: unknown op 'median_filter'"),
+    (["--op", "bilateral_filter"], "argument --op: unknown op 'bilateral_filter'"),
     (["--shape", "0,3"], "argument --shape: every size must be positive"),
     (["--shape", "2,x"], "argument --shape"),
     (["--op", "gaussian_filter", "--sigma", "-1"], "argument --sigma"),

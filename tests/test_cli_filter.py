@@ -153,7 +153,7 @@ def test_filter_help_lists_every_op(capsys):
         (["correlate", "--weights", "missing.npy"], "argument --weights: missing.npy: no such file"),
         (["selective_blur", "--threshold", "nan"], "argument --threshold"),
         (["uniform_filter", "--size", "0"], "argument --size"),
-        (["median_filter"], "invalid choice: 'median_filter'"),
+        (["bilateral_filter"], "invalid choice: 'bilateral_filter'"),
         ([], "the following arguments are required: OP"),
     ],
 )
@@ -167,9 +167,9 @@ def test_bad_values_are_usage_errors_naming_the_option(tmp_path, capsys, argv, w
 
 
 def test_an_op_added_to_functional_all_appears_without_a_cli_change(tmp_path, monkeypatch):
-    def median_filter(input, size=3, *, mode: str = "reflect", cval: float = 0.0, axes=None, out=None,
-                      backend=None):
-        """Median filter (a stand-in: the box mean, so the result is checkable).
+    def bilateral_filter(input, size=3, *, mode: str = "reflect", cval: float = 0.0, axes=None, out=None,
+                         backend=None):
+        """Bilateral filter (a stand-in: the box mean, so the result is checkable).
 
         Args:
             input: the images.
@@ -177,10 +177,10 @@ def test_an_op_added_to_functional_all_appears_without_a_cli_change(tmp_path, mo
         """
         return torchfilters.uniform_filter(input, size, mode=mode, cval=cval, axes=axes, out=out, backend=backend)
 
-    monkeypatch.setattr(functional, "median_filter", median_filter, raising=False)
-    monkeypatch.setattr(functional, "__all__", [*functional.__all__, "median_filter"])
+    monkeypatch.setattr(functional, "bilateral_filter", bilateral_filter, raising=False)
+    monkeypatch.setattr(functional, "__all__", [*functional.__all__, "bilateral_filter"])
     x = _gray(tmp_path / "photo.png", seed=5)
-    got = _run(tmp_path, "median_filter", tmp_path / "photo.png", "--size", "5", "--mode", "nearest")
+    got = _run(tmp_path, "bilateral_filter", tmp_path / "photo.png", "--size", "5", "--mode", "nearest")
     torch.testing.assert_close(torch.from_numpy(got), torchfilters.uniform_filter(x, 5, mode="nearest"))
 
 
