@@ -290,3 +290,24 @@ def test_gradcheck_tie_free(T):
     for fn, kw in ((tf.median_filter, {"size": 3, "mode": "reflect"}),
                    (tf.minimum_filter, {"size": (2, 3), "mode": "constant", "cval": 100.0})):
         assert torch.autograd.gradcheck(lambda t, fn=fn, kw=kw: fn(t, backend="triton", **kw), (x,), eps=1e-3)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "constant"])
+def test_unsharp_mask_and_dog_on_triton(T, mode):
+    """The other new ops of issue 12 are linear specs (a sum of two Gaussians): the Triton stencil
+    engine runs them, forward and backward, to rounding of the reference."""
+    x = rand(2, 9, 11, seed=3).requires_grad_(True)
+    before = sum(T.FALLBACKS.values())
+    for fn in (lambda t, e: tf.unsharp_mask(t, 1.2, 0.7, mode=mode, cval=0.5, backend=e),
+               lambda t, e: tf.difference_of_gaussians(t, 0.8, mode=mode, cval=0.5, backend=e)):
+        g = torch.rand(2, 9, 11, dtype=x.dtype)
+        ys, gs = [], []
+        for e in ("triton", "reference"):
+            x.grad = None
+            y = fn(x, e)
+            y.backward(g)
+            ys.append(y.detach())
+            gs.append(x.grad.clone())
+        torch.testing.assert_close(ys[0], ys[1], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(gs[0], gs[1], rtol=1e-12, atol=1e-12)
+    assert sum(T.FALLBACKS.values()) == before, T.FALLBACKS  # the Triton kernels ran
