@@ -149,17 +149,24 @@ def net_cost(n: int, r: int) -> int:
 # device code: the generated selection kernel
 
 
-_SRC_HEAD = '''
 @triton.jit
-def {name}(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, os3, n_th, n_tw,
-           BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
-    ACC = {acc}
+def _tile_ids(n_th, n_tw, BP: tl.constexpr):
+    """``(th, tw, planes)``: a program's tile row, tile column and its ``BP`` plane indices
+    (int64; the last tile's may pass ``NP``).  Programs are numbered columns fastest."""
     pid = tl.program_id(0)
     tw = pid % n_tw
     rest = pid // n_tw
     th = rest % n_th
     pg = (rest // n_th).to(tl.int64)
-    pl = pg * BP + tl.arange(0, BP)
+    return th, tw, pg * BP + tl.arange(0, BP)
+
+
+_SRC_HEAD = '''
+@triton.jit
+def {name}(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, os3, n_th, n_tw,
+           BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
+    ACC = {acc}
+    th, tw, pl = _tile_ids(n_th, n_tw, BP)
     rows = th * BH + tl.arange(0, BH)
     cols = tw * BW + tl.arange(0, BW)
     pv = pl < NP
@@ -266,7 +273,7 @@ def _compile_source(src: str, name: str):
     _counter[0] += 1
     fname = f"<torchfilters-rank-{_counter[0]}>"
     linecache.cache[fname] = (len(src), None, src.splitlines(True), fname)
-    ns = {"triton": triton, "tl": tl, "_fold": _fold}
+    ns = {"triton": triton, "tl": tl, "_fold": _fold, "_tile_ids": _tile_ids}
     exec(compile(src, fname, "exec"), ns)  # noqa: S102  (our own generated source)
     return ns[name]
 
@@ -293,12 +300,7 @@ def _minmax_pass(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, o
                  MAX: tl.constexpr, ACC: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
     """``out[i] = min/max_{t < K} x[fold(i + LO + t)]`` along ``AXIS`` (0: D, 1: H, 2: W); NaN
     ordered last (the min is NaN only where every element is, the max where any is)."""
-    pid = tl.program_id(0)
-    tw = pid % n_tw
-    rest = pid // n_tw
-    th = rest % n_th
-    pg = (rest // n_th).to(tl.int64)
-    pl = pg * BP + tl.arange(0, BP)
+    th, tw, pl = _tile_ids(n_th, n_tw, BP)
     rows = th * BH + tl.arange(0, BH)
     cols = tw * BW + tl.arange(0, BW)
     valid = (pl < NP)[:, None, None] & (rows < H)[None, :, None] & (cols < W)[None, None, :]
@@ -391,12 +393,7 @@ def _gw_pass(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, os3, 
     outputs plus ``K - 1``), cut into segments of ``K`` lanes: a segmented prefix scan ``P``
     and suffix scan ``S`` (``tl.associative_scan``); output ``o`` is ``op(S[o], P[o + K - 1])``
     (``tl.gather``), on integer keys (``_key``: NaN ordered last by the integers themselves)."""
-    pid = tl.program_id(0)
-    tw = pid % n_tw
-    rest = pid // n_tw
-    th = rest % n_th
-    pg = (rest // n_th).to(tl.int64)
-    pl = pg * BP + tl.arange(0, BP)
+    th, tw, pl = _tile_ids(n_th, n_tw, BP)
     pv = pl < NP
     pl = tl.minimum(pl, NP - 1)
     poff = (pl // D) * xs0 + (pl % D) * xs1
@@ -566,12 +563,7 @@ def _med3x3(x_ptr, o_ptr, NP, D, H, W, xs0, xs1, xs2, xs3, os0, os1, os2, os3, n
     columns once (3 compare-exchanges each, shared by up to 3 outputs) and takes
     ``med3(max of lows, med3 of mids, min of highs)`` per output (Paeth), with the pairwise
     max/min shared between neighbours.  NaN: +inf and counted."""
-    pid = tl.program_id(0)
-    tw = pid % n_tw
-    rest = pid // n_tw
-    th = rest % n_th
-    pg = (rest // n_th).to(tl.int64)
-    pl = pg * BP + tl.arange(0, BP)
+    th, tw, pl = _tile_ids(n_th, n_tw, BP)
     r0_ = th * BH
     rows = r0_ + tl.arange(0, BH)
     c0 = tw * (4 * BG)
@@ -673,12 +665,7 @@ def _rank_bwd(x_ptr, y_ptr, g_ptr, o_ptr, ip, NP, D, H, W, n_th, n_tw, CVAL: tl.
               SY: tl.constexpr, SX: tl.constexpr, UNROLL: tl.constexpr, DZ: tl.constexpr, DY: tl.constexpr,
               DX: tl.constexpr, ACC: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr):
     """Each output's gradient onto the window element it selected (atomic adds into ``o``)."""
-    pid = tl.program_id(0)
-    tw = pid % n_tw
-    rest = pid // n_tw
-    th = rest % n_th
-    pg = (rest // n_th).to(tl.int64)
-    pl = pg * BP + tl.arange(0, BP)
+    th, tw, pl = _tile_ids(n_th, n_tw, BP)
     rows = th * BH + tl.arange(0, BH)
     cols = tw * BW + tl.arange(0, BW)
     valid = (pl < NP)[:, None, None] & (rows < H)[None, :, None] & (cols < W)[None, None, :]

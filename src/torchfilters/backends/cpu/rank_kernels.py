@@ -151,17 +151,7 @@ def _comb(A, B, C, n, ismax):
 @njit(inline="always", **_JIT)
 def _combs(A, s, C, n, ismax):
     """``C[t] = op(A[t], A[t + s])``."""
-    As = A[s:]
-    if ismax:
-        for t in range(n):
-            a = A[t]
-            b = As[t]
-            C[t] = _sel((a > b) | math.isnan(a), a, b)
-    else:
-        for t in range(n):
-            a = A[t]
-            b = As[t]
-            C[t] = _sel((a < b) | math.isnan(b), a, b)
+    _comb(A, A[s:], C, n, ismax)
 
 
 @njit(**_JIT)
