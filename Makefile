@@ -21,7 +21,7 @@ demo: install
 	@echo "edge maps written to demo-out/"
 
 test: install
-	$(PY) -m pytest -n 2 -q --timeout=1200
+	$(PY) -m pytest -n 2 -q --timeout=1200 --durations=25
 
 # the core grids become full cross products; Hypothesis profile "full" (20x the examples)
 test-full: install
