@@ -675,8 +675,7 @@ def _rank_run(input, footprint, origins, rank, output, modes, cval, fresh, cast_
         y = torch.from_numpy(table[y.numpy().astype(np.int64)])
     if fresh and y.numpy().dtype == output.dtype and y.is_contiguous():
         return y.numpy()
-    _store(output, y) if table is None else np.copyto(output, y.numpy(), casting="unsafe")
-    return output
+    return _store(output, y)
 
 
 def _rank_filter(input, rank, size, footprint, output, mode, cval, origin, operation, axes):

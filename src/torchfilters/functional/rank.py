@@ -242,18 +242,12 @@ def _run(x, lay, modes, cval, fp, lo, r, count, out, backend):
     text = _rank_text(lay.modes(modes), cval, fp, lo, r, math.copysign(1.0, cval) < 0, lay.ndim)
     if out is not None:
         check_out(out, x.shape, x.dtype, x.device)
-        if lay.merge and not _mergeable_out(out, lay):
+        if lay.merge and not _mergeable(out, lay.merge):
             with torch.no_grad():
                 out.copy_(_run(x, lay, modes, cval, fp, lo, r, count, None, backend))
             return out
     y = run_rank(lay.to_engine(x), text, lay.out_to_engine(out, False), backend)
     return out if out is not None else lay.from_engine(y, False, x.shape)
-
-
-def _mergeable_out(out, lay):
-    from ._core import _mergeable
-
-    return _mergeable(out, lay.merge)
 
 
 # ----------------------------------------------------------------------- public
