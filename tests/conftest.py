@@ -607,8 +607,14 @@ def interpreted_triton():
     ``TRITON_INTERPRET=1`` must be set before the engine's kernels are decorated, so the module
     is (re)imported here; the previous module, registration and environment come back after."""
     name = "torchfilters.backends.triton"
+
+    def package():  # the engine and its submodules (prims, footprint, plan, rows, rank, canny)
+        return {k: v for k, v in sys.modules.items() if k == name or k.startswith(name + ".")}
+
     old_env = os.environ.get("TRITON_INTERPRET")
-    old_mod = sys.modules.pop(name, None)
+    old_mods = package()
+    for k in old_mods:
+        del sys.modules[k]
     old_loaded = backends._loaded.pop("triton", None)
     os.environ["TRITON_INTERPRET"] = "1"
     try:
@@ -621,11 +627,12 @@ def interpreted_triton():
             os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = old_env
-        sys.modules.pop(name, None)
+        for k in package():
+            del sys.modules[k]
         backends._loaded.pop("triton", None)
-        if old_mod is not None:
-            sys.modules[name] = old_mod
-            backends.triton = old_mod
+        sys.modules.update(old_mods)
+        if name in old_mods:
+            backends.triton = old_mods[name]
         elif hasattr(backends, "triton"):
             del backends.triton
         if old_loaded is not None:

@@ -278,14 +278,14 @@ def test_nn_module_and_compile():
 
 @contextlib.contextmanager
 def _interpreted_canny():
-    """Triton's interpreter for the Triton engine and its Canny module (``triton_canny``)."""
+    """Triton's interpreter for the Triton engine and its Canny module (``triton.canny``)."""
     from conftest import interpreted_triton
 
-    name = "torchfilters.backends.triton_canny"
+    name = "torchfilters.backends.triton.canny"
     old = sys.modules.pop(name, None)
     try:
         with interpreted_triton() as T:
-            import torchfilters.backends.triton_canny as TC
+            import torchfilters.backends.triton.canny as TC
 
             yield T, TC
     finally:

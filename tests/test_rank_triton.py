@@ -1,4 +1,4 @@
-"""Rank filters on the Triton engine (backends/triton_rank.py), run through Triton's interpreter.
+"""Rank filters on the Triton engine (backends/triton/rank.py), run through Triton's interpreter.
 
 Oracle: the reference engine, compared EXACTLY (``==`` with NaN in the same places; a
 selection does no arithmetic, so every dtype, bf16 included, must agree bit for bit up to
@@ -35,7 +35,7 @@ def T():
 
 @pytest.fixture(scope="module")
 def TR(T):
-    import torchfilters.backends.triton_rank as mod
+    import torchfilters.backends.triton.rank as mod
 
     return mod
 

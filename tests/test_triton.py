@@ -1,4 +1,4 @@
-"""The fused Triton engine (backends/triton.py), run on CPU through Triton's interpreter.
+"""The fused Triton engine (backends/triton/), run on CPU through Triton's interpreter.
 
 ``TRITON_INTERPRET=1`` must be set before the engine's kernels are decorated,
 so the module fixture sets it, (re)imports ``torchfilters.backends.triton``
@@ -267,7 +267,7 @@ def test_multi_tile(T, small_tiles, name, mode):
 @pytest.fixture
 def runtime_loops(T, monkeypatch):
     """Tap loops as runtime loops (the path of large kernels)."""
-    monkeypatch.setattr(T, "_UNROLL_MAX", 0)
+    monkeypatch.setattr(T.plan, "_UNROLL_MAX", 0)
     T._PLANS.clear()
     yield
     T._PLANS.clear()
@@ -303,7 +303,7 @@ def test_recompute_or_u_buffer(T, monkeypatch, path, name, mode):
     """Magnitude / direction / normalized backward: per-neighbour recompute (fused, small
     footprints) and the u buffer (large footprints) give the same gradient."""
     recompute_max = {"u-buffer": 0, "recompute": 10_000}[path]
-    monkeypatch.setattr(T, "_RECOMPUTE_MAX", recompute_max)
+    monkeypatch.setattr(T.plan, "_RECOMPUTE_MAX", recompute_max)
     T._PLANS.clear()
     try:
         before = T.LAUNCHES["fwd"]

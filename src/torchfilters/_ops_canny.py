@@ -21,7 +21,7 @@ from .backends import resolve
 _LIB = "torchfilters"
 
 # engine name -> the module with its ``canny_edges``
-_MODULES = {"reference": ".reference_canny", "cpu": ".cpu.canny", "triton": ".triton_canny"}
+_MODULES = {"reference": ".reference_canny", "cpu": ".cpu.canny", "triton": ".triton.canny"}
 
 
 def engine(backend: str, device: torch.device, dtype: torch.dtype):

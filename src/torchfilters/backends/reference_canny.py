@@ -16,7 +16,7 @@ arithmetic:
   pixel ``>= high``, by iterated 3x3 dilation restricted to them, to a fixed point (checked
   every few steps; on the input's device).
 
-The fused engines (``cpu.canny``, ``triton_canny``) compute the same classes bit for bit.
+The fused engines (``cpu.canny``, ``triton.canny``) compute the same classes bit for bit.
 """
 
 from __future__ import annotations

@@ -62,10 +62,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .._spec import RankSpec, axis_mode
-from .._validate import compute_dtype
-from . import reference as _ref
-from .triton import _MODES, FALLBACKS, LAUNCHES, _check_out, _device, _fold, _np2
+from ..._spec import RankSpec, axis_mode
+from ..._validate import compute_dtype
+from .. import reference as _ref
+from . import FALLBACKS, LAUNCHES, _check_out, _device
+from .plan import _MODES, _np2
+from .prims import _fold
 
 __all__ = ["rank_backward", "rank_forward"]
 

@@ -4,7 +4,7 @@ CUDA tensors (and CPU tensors under ``TRITON_INTERPRET=1``, which is how the tes
 the compute dtypes float32 / float64.  The arithmetic is ``reference_canny``'s, bit for bit:
 SciPy's Sobel rounding (differences in the dtype, the cross pass in float64 rounded once),
 ``sqrt_rn`` / ``div_rn`` in float32, and C's promotions in the NMS; kernels are launched with
-``enable_fp_fusion=False`` (no FMA contraction), as ``backends/triton.py`` does.
+``enable_fp_fusion=False`` (no FMA contraction), as the rest of the Triton engine does.
 
 Kernels, over 2-D tiles of every slice (grid: column tiles, row tiles, slices):
 
@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import reference_canny as _ref
+from .. import reference_canny as _ref
 
 __all__ = ["CHECK_EVERY", "LAUNCHES", "available", "canny_edges", "interpreted"]
 

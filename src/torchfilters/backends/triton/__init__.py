@@ -1,0 +1,266 @@
+"""Fused Triton engine.
+
+CUDA tensors of float16 / bfloat16 / float32 / float64 (and CPU tensors under
+``TRITON_INTERPRET=1``, which is how CI tests this package).  Same interface as
+:mod:`..reference`, which is the oracle (its NaN, zero-tap, threshold and
+keep-border rules included).
+
+Modules:
+
+* :mod:`.prims`: device helpers (folding, rounding, ``atan2``, magnitude);
+* :mod:`.footprint`: the general forward and backward kernels (any spec);
+* :mod:`.plan`: their host-side lowering and launch plans;
+* :mod:`.rank`, :mod:`.canny`: rank filters and Canny.
+
+``benchmarks/gpu.py --compile-only`` compiles every variant for sm_90 without a GPU.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import os
+from types import SimpleNamespace
+
+import torch
+
+from ..._spec import BlurSpec, FilterSpec
+from ..._validate import compute_dtype
+from .. import reference as _ref
+from .._layout import collapse_planes
+from .._planar import adapt as _adapt
+from .footprint import _bwd_kernel, _fwd_kernel
+from .plan import (_BLEND, _DIR, _EPILOGUES, _MAG, _NORM, _PLANS, _STACK, _TILE, _U_DIR, _U_MAG, _U_NORM,  # noqa: F401
+                   _lower, _np2, _slots, set_tile_limits)
+
+NAME = "triton"
+UNAVAILABLE_HINT = (
+    " (the Triton engine runs CUDA tensors, or CPU tensors when TRITON_INTERPRET=1 is set "
+    "before triton is first imported)"
+)
+
+#: kernel launches by kernel name (tests assert on it: a silent fallback proves nothing)
+LAUNCHES: collections.Counter = collections.Counter()
+#: specs this engine handed to the reference (none that ``functional`` builds)
+FALLBACKS: collections.Counter = collections.Counter()
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def interpreted() -> bool:
+    """Whether this module's kernels were built for Triton's CPU interpreter."""
+    return type(_fwd_kernel).__name__ == "InterpretedFunction"
+
+def available(device: torch.device, dtype: torch.dtype) -> bool:
+    if dtype not in _FLOATS:
+        return False
+    device = torch.device(device)
+    if device.type == "cuda":
+        return not interpreted() and torch.cuda.is_available()
+    if device.type == "cpu":
+        return interpreted() and os.environ.get("TRITON_INTERPRET") == "1"
+    return False
+
+def _planes(t: torch.Tensor):
+    """``(t, n_inner, s_outer, s_inner, s_h, s_w)``: plane ``i`` of ``t`` (leading dims
+    flattened) starts at ``(i // n_inner) * s_outer + (i % n_inner) * s_inner``."""
+    lead = collapse_planes(t.shape[:-2], t.stride()[:-2])
+    if lead is None:
+        t = t.contiguous()
+        lead = collapse_planes(t.shape[:-2], t.stride()[:-2])
+    n1, s0, s1 = lead
+    return t, n1, s0, s1, t.stride(-2), t.stride(-1)
+
+def _check_out(out, shape, dtype, device, inputs):
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor; got {type(out).__name__}")
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != device:
+        raise ValueError(
+            f"out must have shape {tuple(shape)}, dtype {dtype} and device {device}; "
+            f"got {tuple(out.shape)}, {out.dtype}, {out.device}"
+        )
+    for t in inputs:
+        if t is not None and t.numel() and out.numel():
+            if out.untyped_storage().data_ptr() == t.untyped_storage().data_ptr():
+                raise ValueError("out must not share memory with the inputs")
+
+def _fallback(name, *args, **kw):
+    FALLBACKS[name] += 1
+    return getattr(_ref, name)(*args, **kw)
+
+def _safe_offsets(*ts):
+    for t in ts:
+        if t is not None and t.numel():
+            span = sum((n - 1) * abs(s) for n, s in zip(t.shape[-2:], t.stride()[-2:]))
+            if span >= 2**31:
+                return False
+    return True
+
+def _launch_fwd(plan, x, mask, grad, out, epi, keep_border, NP, H, W):
+    x3 = _planes(x)
+    m3 = _planes(mask.view(torch.uint8)) if mask is not None else x3
+    g3 = _planes(grad) if grad is not None else x3
+    if epi in (_STACK, _U_MAG, _U_DIR) and plan.ce["K"] == 2:
+        o_sk = out.stride(-3)
+        o3 = _planes(out.select(-3, 0))
+    else:
+        o_sk = 0
+        o3 = _planes(out)
+    BP, BH, BW, n_th, n_tw, warps = plan.fwd
+    grid = (-(-NP // BP) * n_th * n_tw,)
+    by0, by1, bx0, bx1 = plan.ext
+    with _device(x):
+        _fwd_kernel[grid](
+            *x3, *m3, *g3, *o3, o_sk, plan.ip, plan.fp, NP, H, W, n_th, n_tw, by0, by1, bx0, bx1,
+            **plan.ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border, EPI=epi,
+            BP=BP, BH=BH, BW=BW, num_warps=warps, enable_fp_fusion=False,
+        )
+    LAUNCHES["fwd"] += 1
+
+def _launch_bwd(plan, x, mask, grad, u, out, epi, keep_border, NP, H, W):
+    x3 = _planes(x)
+    m3 = _planes(mask.view(torch.uint8)) if mask is not None else x3
+    if u is not None:  # (NP, K, H, W) buffer written by the forward kernel
+        usrc = 1
+        u_sk = u.stride(1)
+        u3 = _planes(u.select(1, 0))
+        g3 = _planes(grad)
+    elif epi == _STACK:
+        usrc = 0
+        if plan.ce["K"] == 2:
+            u_sk = grad.stride(-3)
+            u3 = _planes(grad.select(-3, 0))
+        else:
+            u_sk = 0
+            u3 = _planes(grad)
+        g3 = u3
+    else:
+        usrc = 0
+        g3 = _planes(grad)
+        u3, u_sk = g3, 0
+    o3 = _planes(out)
+    BP, BH, BW, n_th, n_tw, warps = plan.bwd
+    grid = (-(-NP // BP) * n_th * n_tw,)
+    by0, by1, bx0, bx1 = plan.ext
+    with _device(x):
+        _bwd_kernel[grid](
+            *x3, *m3, *g3, *u3, u_sk, *o3, plan.ip, plan.fp, NP, H, W, n_th, n_tw,
+            by0, by1, bx0, bx1, plan.SY, plan.SX,
+            **plan.ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border, EPI=epi, USRC=usrc,
+            BP=BP, BH=BH, BW=BW, BBY=plan.BBY, BBX=plan.BBX, EXTRAS=plan.SY + plan.SX > 0,
+            num_warps=warps, enable_fp_fusion=False,
+        )
+    LAUNCHES["bwd"] += 1
+
+def _device(x):
+    """Launch on ``x``'s GPU (Triton launches on the current device and its current stream)."""
+    return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
+
+def _result(out, shape, x):
+    if out is None:
+        return torch.empty(shape, dtype=x.dtype, device=x.device)
+    return out
+
+def _filter_forward_planes(x, spec: FilterSpec, out=None):
+    shape = spec.out_shape(x.shape)
+    if out is not None:
+        _check_out(out, shape, x.dtype, x.device, (x,))
+    H, W = x.shape[-2:]
+    NP = x.numel() // max(1, H * W)
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, None) if x.numel() else None
+    if x.numel() == 0:
+        return _result(out, shape, x)
+    if plan is None or not _safe_offsets(x, out):
+        return _fallback("filter_forward", x, spec, out=out)
+    y = _result(out, shape, x)
+    _launch_fwd(plan, x, None, None, y, _EPILOGUES[spec.epilogue], False, NP, H, W)
+    return y
+
+def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
+    if out is not None:
+        _check_out(out, x.shape, x.dtype, x.device, (x, grad))
+    H, W = x.shape[-2:]
+    NP = x.numel() // max(1, H * W)
+    if x.numel() == 0:
+        return _result(out, x.shape, x)
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, None)
+    if plan is None or not _safe_offsets(x, grad, out):
+        return _fallback("filter_backward", grad, x, spec, out=out)
+    if grad.shape != spec.out_shape(x.shape):
+        grad = grad.expand(spec.out_shape(x.shape))
+    gin = _result(out, x.shape, x)
+    epi = _EPILOGUES[spec.epilogue]
+    u = None
+    if epi != _STACK and not plan.recompute:
+        K = plan.ce["K"]
+        u = torch.empty((NP, K, H, W), dtype=compute_dtype(x.dtype), device=x.device)
+        _launch_fwd(plan, x, None, grad, u, _U_MAG if epi == _MAG else _U_DIR, False, NP, H, W)
+    _launch_bwd(plan, x, None, grad, u, gin, epi, False, NP, H, W)
+    return gin
+
+def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
+    if out is not None:
+        _check_out(out, x.shape, x.dtype, x.device, (x, mask))
+    H, W = x.shape[-2:]
+    NP = x.numel() // max(1, H * W)
+    if x.numel() == 0:
+        return _result(out, x.shape, x)
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, _threshold(threshold, mask, x.dtype))
+    if plan is None or not _safe_offsets(x, mask, out):
+        return _fallback("blur_forward", x, mask, spec, threshold, out=out)
+    mask = _mask(mask, x)
+    y = _result(out, x.shape, x)
+    _launch_fwd(plan, x, mask, None, y, _NORM if spec.normalized else _BLEND, spec.keep_border, NP, H, W)
+    return y
+
+def _blur_backward_planes(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
+    if out is not None:
+        _check_out(out, x.shape, x.dtype, x.device, (x, grad, mask))
+    H, W = x.shape[-2:]
+    NP = x.numel() // max(1, H * W)
+    if x.numel() == 0:
+        return _result(out, x.shape, x)
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, _threshold(threshold, mask, x.dtype))
+    if plan is None or not _safe_offsets(x, grad, mask, out):
+        return _fallback("blur_backward", grad, x, mask, spec, threshold, out=out)
+    mask = _mask(mask, x)
+    grad = grad.expand(x.shape)
+    gin = _result(out, x.shape, x)
+    u = None
+    if spec.normalized and not plan.recompute:
+        u = torch.empty((NP, 1, H, W), dtype=compute_dtype(x.dtype), device=x.device)
+        _launch_fwd(plan, x, mask, grad, u, _U_NORM, spec.keep_border, NP, H, W)
+    _launch_bwd(plan, x, mask, grad, u, gin, _NORM if spec.normalized else _BLEND, spec.keep_border, NP, H, W)
+    return gin
+
+
+@functools.lru_cache(maxsize=256)
+def _rounded(threshold: float, dtype: torch.dtype) -> float:
+    return float(torch.tensor(threshold, dtype=dtype))
+
+def _threshold(threshold, mask, dtype) -> float:
+    """``x >= threshold`` as torch compares it: in x's dtype, the threshold rounded to it
+    (exact in the compute dtype).  Unused with an explicit mask."""
+    return 0.0 if mask is not None else _rounded(float(threshold), dtype)
+
+def _mask(mask, x):
+    if mask is None:
+        return None
+    if mask.dtype != torch.bool:
+        mask = mask != 0
+    if mask.device != x.device:
+        mask = mask.to(x.device)
+    return mask.expand(x.shape)
+
+
+# specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of one row, or the reference
+# engine where no plane engine fits
+filter_forward, filter_backward, blur_forward, blur_backward = _adapt(
+    SimpleNamespace(filter_forward=_filter_forward_planes, filter_backward=_filter_backward_planes,
+                    blur_forward=_blur_forward_planes, blur_backward=_blur_backward_planes),
+    SimpleNamespace(**{n: functools.partial(_fallback, n)
+                       for n in ("filter_forward", "filter_backward", "blur_forward", "blur_backward")}),
+)
+
+from .rank import rank_backward, rank_forward  # noqa: E402,F401  (rank filters)
