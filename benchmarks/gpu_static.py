@@ -241,9 +241,15 @@ def install():
 
 
 def fallbacks(mods):
-    tot = {}
+    """``{counter: count}`` over the engine modules' ``FALLBACKS`` (a counter shared by several
+    modules counts once)."""
+    tot, seen = {}, set()
     for m in mods:
-        for k, v in getattr(m, "FALLBACKS", {}).items():
+        c = getattr(m, "FALLBACKS", None)
+        if c is None or id(c) in seen:
+            continue
+        seen.add(id(c))
+        for k, v in c.items():
             tot[f"{m.__name__.rsplit('.', 1)[-1]}.{k}"] = v
     return tot
 
@@ -329,7 +335,7 @@ def capture(case, mods):
     after = fallbacks(mods)
     fb = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
     if fb:
-        err = "fallback: " + ", ".join(f"{k}+{v}" for k, v in fb.items())
+        err = "fallback / no kernel: " + ", ".join(f"{k}+{v}" for k, v in fb.items())
     return list(RECORD), ideal, outs, err
 
 
@@ -394,36 +400,63 @@ def _imm(s):
     return 0 if s == "RZ" else int(s, 0)
 
 
+_CMP = {"NE": lambda a, b: a != b, "EQ": lambda a, b: a == b, "LT": lambda a, b: a < b,
+        "LE": lambda a, b: a <= b, "GT": lambda a, b: a > b, "GE": lambda a, b: a >= b}
+
+
 def static_trip(bl, head, latch):
-    """Trip count of a counted loop, or None: the latch's ``ISETP`` compares a register with an
-    immediate; in the loop the register steps by an immediate; before it, an immediate sets it."""
+    """Trip count of a counted loop, or None.  The latch's branch predicate is set (directly or
+    through a ``PLOP3`` of a uniform predicate) by an ``ISETP`` / ``UISETP`` comparing a register
+    with an immediate; in the loop that register steps by an immediate (``IADD3`` / ``VIADD`` /
+    ``UIADD3``); before it an immediate sets it.  The loop is then simulated."""
     lb = bl[latch]
     br = lb.instrs[-1]
-    p = br.pred.lstrip("@!")
-    for ins in reversed(lb.instrs[:-1]):
-        m = re.match(rf"{p}, PT, (R\d+), {_IMM}, PT", ins.rest)
-        if ins.base == "ISETP" and m:
-            reg, bound = m.group(1), _imm(m.group(2))
+    neg, p = br.pred.startswith("@!"), br.pred.lstrip("@!")
+    body = [(s, j, i) for s, b in sorted(bl.items()) if head <= s <= latch for j, i in enumerate(b.instrs)]
+    setter = None
+    for _ in range(2):  # the predicate, then maybe the uniform predicate a PLOP3 copied
+        setter = next((t for t in reversed(body) if t[2].rest.startswith(p + ",") and
+                       t[2].base in ("ISETP", "UISETP", "PLOP3")), None)
+        if setter is None:
+            return None
+        if setter[2].base != "PLOP3":
             break
-    else:
+        ups = re.findall(r"\bUP\d\b", setter[2].rest)
+        if len(ups) != 1:
+            return None
+        p = ups[0]
+    ins = setter[2]
+    m = re.match(rf"{p}, U?PT, (U?R\d+), {_IMM}, U?PT$", ins.rest)
+    cond = next((c for c in ins.op.split(".")[1:] if c in _CMP), None)
+    if ins.base == "PLOP3" or not m or cond is None or ".EX" in ins.op:
         return None
-    step = init = None
-    body = [i for s, b in bl.items() if head <= s <= latch for i in b.instrs]
-    for ins in body:
-        m = re.match(rf"{reg}, {reg}, {_IMM}\b", ins.rest)
-        if ins.base in ("IADD3", "VIADD") and m:
-            step = _imm(m.group(1))
+    reg, bound = m.group(1), _imm(m.group(2))
+    step, late = None, False  # late: the counter steps after the compare
+    for s, j, i in body:
+        mm = re.match(rf"{reg}, (?:U?P\d, )?{reg}, {_IMM}\b", i.rest)
+        if i.base in ("IADD3", "VIADD", "UIADD3") and mm:
+            if step is not None:
+                return None
+            step = _imm(mm.group(1))
+            late = (s, j) > (setter[0], setter[1])
     pre = [i for s, b in sorted(bl.items()) if s < head for i in b.instrs]
-    for ins in reversed(pre):
-        if ins.rest.startswith(reg + ","):
-            m = re.match(rf"{reg}, (?:RZ, RZ, )?{_IMM}$", ins.rest)
-            if ins.base in ("MOV", "IMAD") and m:
-                init = _imm(m.group(1))
+    init = None
+    for i in reversed(pre):
+        if i.rest.startswith(reg + ","):
+            mm = re.match(rf"{reg}, (?:U?RZ, U?RZ, )?{_IMM}$", i.rest)
+            if i.base in ("MOV", "IMAD", "UMOV") and mm:
+                init = _imm(mm.group(1))
             break
     if not step or init is None or step > 0x7FFFFFFF:
         return None
-    n = (bound - init) / step
-    return int(n) if n >= 1 and n == int(n) else None
+    v, n = init, 0
+    while n < 1 << 20:
+        n += 1
+        seen = v if late else v + step
+        v += step
+        if _CMP[cond](seen, bound) == neg:  # the branch back is not taken
+            return n
+    return None
 
 
 @dataclasses.dataclass
@@ -621,7 +654,7 @@ def report(results):
     rows = []
     for r in results:
         if r.get("error"):
-            rows.append([r["case"], f"{r['target_pct']:.0f}%", "-", "-", r["error"][:60], *["-"] * 6,
+            rows.append([r["case"], f"{r['target_pct']:.0f}%", "-", "-", r["error"][:48], *["-"] * 6,
                          len(r["kernels"])])
             continue
         rows.append([r["case"], f"{r['target_pct']:.0f}%", f"{r['estimate_pct']:.1f}",
