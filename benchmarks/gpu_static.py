@@ -34,7 +34,9 @@ blocks of (instructions in the block x its weight) x warps per program; predicat
 instructions count (they issue).  A block's weight is the product of the trip counts of its
 enclosing loops.  Trip counts: a loop whose latch compares a counter with an immediate, the
 counter stepped by an immediate and initialised by an immediate before the loop, is counted
-exactly; any other loop gets its count from ``TRIP_COUNTS`` (source-text pattern -> count),
+exactly (simulated; a 64-bit counter's high word is taken as 0); a loop whose source line is
+``for v in range(a, b, s)`` with bounds from literals / the launch's scalar and constexpr
+arguments is counted from those values; any other loop gets its count from ``TRIP_COUNTS`` (source-text pattern -> count),
 else ``DEFAULT_TRIP`` and the row is flagged ``loop?``.  Branches: calls of the compiler's
 internal slow paths (64-bit division, ``sqrt_rn`` / ``div_rn`` of tiny / huge operands) are not
 taken; branches whose source line matches ``RARE_BRANCHES`` (the block-uniform overflow rescue
@@ -44,8 +46,8 @@ bound; the number of such branches is printed).
 L1 sectors
 ----------
 Each global load / store in the SASS is matched, by source line, to the ``tt.load`` /
-``tt.store`` of the compiled TTGIR at that line, which gives its distributed layout
-(``#ttg.blocked<{sizePerThread, threadsPerWarp, warpsPerCTA, order}>``) and element type; the
+``tt.store`` of the compiled TTGIR at that line (several at one line: the average of their
+patterns), which gives its distributed layout (``#ttg.blocked<{sizePerThread, threadsPerWarp, warpsPerCTA, order}>``) and element type; the
 SASS opcode gives the bytes per lane (``.128`` = 16, ``.64`` = 8, else 4 / 2 / 1).  A request's
 lanes then hold ``v = bytes / elem`` consecutive elements of their thread's run along the
 layout's fastest dim; the tile's dims are taken to be the trailing dims of the case's input
@@ -415,8 +417,8 @@ def static_trip(bl, head, latch):
     body = [(s, j, i) for s, b in sorted(bl.items()) if head <= s <= latch for j, i in enumerate(b.instrs)]
     setter = None
     for _ in range(2):  # the predicate, then maybe the uniform predicate a PLOP3 copied
-        setter = next((t for t in reversed(body) if t[2].rest.startswith(p + ",") and
-                       t[2].base in ("ISETP", "UISETP", "PLOP3")), None)
+        setter = next((t for t in reversed(body) if t[2].rest.startswith(p + ",") and ".EX" not in t[2].op
+                       and t[2].base in ("ISETP", "UISETP", "PLOP3")), None)  # .EX: a 64-bit high word
         if setter is None:
             return None
         if setter[2].base != "PLOP3":
@@ -428,7 +430,7 @@ def static_trip(bl, head, latch):
     ins = setter[2]
     m = re.match(rf"{p}, U?PT, (U?R\d+), {_IMM}, U?PT$", ins.rest)
     cond = next((c for c in ins.op.split(".")[1:] if c in _CMP), None)
-    if ins.base == "PLOP3" or not m or cond is None or ".EX" in ins.op:
+    if ins.base == "PLOP3" or not m or cond is None:
         return None
     reg, bound = m.group(1), _imm(m.group(2))
     step, late = None, False  # late: the counter steps after the compare
@@ -553,16 +555,19 @@ def analyse(k, shape, args) -> KernelModel:
                 kind = "load" if ins.base == "LDG" else "store"
                 cands = [e for e in ops.get((ins.file, ins.line), []) if e[0] == kind] or \
                     [e for e in fallback if e[0] == kind] or fallback or [(kind, None, 4)]
-                ent = max(set(cands), key=cands.count)
-                key = (ent, nb)
-                if key not in cache:
-                    _, lay, elem = ent
-                    if lay is None:
-                        cache[key] = (1.0, float(nb))
-                    else:
-                        shifts = (0,) if nb >= 8 else tuple(range(max(1, 32 // elem)))
-                        cache[key] = S.sectors(lay, nb, elem, shape, shifts)
-                sec, byt = cache[key]
+                # several TTGIR ops at one line: the average of their patterns
+                sec = byt = 0.0
+                for ent in cands:
+                    key = (ent, nb)
+                    if key not in cache:
+                        _, lay, elem = ent
+                        if lay is None:
+                            cache[key] = (1.0, float(nb))
+                        else:
+                            shifts = (0,) if nb >= 8 else tuple(range(max(1, 32 // elem)))
+                            cache[key] = S.sectors(lay, nb, elem, shape, shifts)
+                    sec += cache[key][0] / len(cands)
+                    byt += cache[key][1] / len(cands)
                 km.req += w
                 km.sectors += w * sec
                 km.gbytes += w * byt
