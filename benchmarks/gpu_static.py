@@ -451,10 +451,14 @@ def static_trip(bl, head, latch):
             break
     if not step or init is None or step > 0x7FFFFFFF:
         return None
+    def word(x):  # the 32-bit (low) word the compare sees, unsigned or signed
+        x &= 0xFFFFFFFF
+        return x if ".U32" in ins.op or x < 1 << 31 else x - (1 << 32)
+
     v, n = init, 0
     while n < 1 << 20:
         n += 1
-        seen = v if late else v + step
+        seen = word(v if late else v + step)
         v += step
         if _CMP[cond](seen, bound) == neg:  # the branch back is not taken
             return n

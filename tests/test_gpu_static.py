@@ -116,6 +116,10 @@ def test_static_trip_of_a_uniform_counter_through_plop3():
     instrs, labels = S.parse(text, "_k")
     bl = S.blocks(instrs, labels)
     assert G.static_trip(bl, 0x20, 0x20) == 8  # for t in range(1, 17, 2)
+    text = text.replace("UMOV UR21, 0x1 ;", "UMOV UR21, 0xffffffff ;").replace("0x11, UPT", "0xf, UPT")
+    instrs, labels = S.parse(text, "_k")
+    bl = S.blocks(instrs, labels)
+    assert G.static_trip(bl, 0x20, 0x20) == 8  # from -1 (low word 0xffffffff): 1, 3, ..., 15
 
 
 def test_range_trip_from_launch_arguments():
