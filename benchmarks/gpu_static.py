@@ -37,9 +37,12 @@ counter stepped by an immediate and initialised by an immediate before the loop,
 exactly (simulated; a 64-bit counter's high word is taken as 0); a loop whose source line is
 ``for v in range(a, b, s)`` with bounds from literals / the launch's scalar and constexpr
 arguments is counted from those values; any other loop gets its count from ``TRIP_COUNTS`` (source-text pattern -> count),
-else ``DEFAULT_TRIP`` and the row is flagged ``loop?``.  Branches: calls of the compiler's
-internal slow paths (64-bit division, ``sqrt_rn`` / ``div_rn`` of tiny / huge operands) are not
-taken; branches whose source line matches ``RARE_BRANCHES`` (the block-uniform overflow rescue
+else ``DEFAULT_TRIP`` and the row is flagged ``loop?``.  Calls: a call of a compiler-internal
+subroutine on the slow side of a fast / slow split (64-bit division with a 32-bit fast path,
+``sqrt_rn`` / ``div_rn`` of tiny / huge operands) is not taken; any other call (e.g. a 64-bit
+``%`` with no fast path) is executed: the code after it keeps its weight and the callee's
+instructions up to its ``RET`` (with their loops) are counted once per call.  Branches:
+branches whose source line matches ``RARE_BRANCHES`` (the block-uniform overflow rescue
 ``if _any(bad)``) are not taken; every other conditional branch counts BOTH sides (an upper
 bound; the number of such branches is printed).
 

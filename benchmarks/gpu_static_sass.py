@@ -7,10 +7,17 @@ Counting rules (documented in ``gpu_static``'s docstring as well):
 
 * a block's weight is the product of the trip counts of the loops that contain it (a loop = the
   address range ``[header, latch]`` of a backward branch; compiler output is reducible);
-* blocks not reachable from the entry are 0 (subroutines reached only by ``CALL``, padding);
-* a block that ``CALL``\\s an internal subroutine (``$__internal_*``: 64-bit division, the
-  ``sqrt_rn`` / ``div_rn`` slow paths) is a slow path: 0, and so is whatever is reachable only
-  through it;
+* blocks not reachable from the entry or from an executed ``CALL`` are 0 (padding, subroutines
+  only a slow path calls);
+* a ``CALL`` of an internal subroutine (``$__internal_*``: 64-bit division, the ``sqrt_rn`` /
+  ``div_rn`` slow paths) on the SLOW side of a fast / slow split is not taken: its block is 0,
+  and so is whatever is reachable only through it.  A split = a forward conditional ``BRA`` at
+  the call's own source line, one of whose successors is the calling block (a ``BSSY`` /
+  ``WARPSYNC`` / ``MOV`` of the return address before the ``CALL`` stays in that block) while
+  the other one rejoins the code after it; a callee named ``*slowpath*`` is always a slow path;
+* every other ``CALL`` (e.g. a 64-bit ``%`` with no fast path) is executed: the code after it
+  keeps the block's weight, and the callee's blocks (up to its ``RET``, with their own loops)
+  get the calling block's weight once per call, added up over the call sites;
 * a conditional branch whose source line matches a *rare* pattern (e.g. ``if _any(``) is taken
   the typical way: the guarded region (the successor that flows into the other one) is cut;
 * every other conditional branch counts both sides (an upper bound) and is reported.
@@ -48,7 +55,12 @@ class Block:
     instrs: list
     succ: list = dataclasses.field(default_factory=list)
     weight: float = 0.0
-    slow: bool = False
+    slow: bool = False  # calls an internal subroutine on the slow side of a fast / slow split
+    calls: list = dataclasses.field(default_factory=list)  # callee entries, one per CALL
+
+
+def _internal(ins: Instr) -> bool:
+    return ins.base == "CALL" and (ins.target or "").startswith("$__internal")
 
 
 def parse(text: str, function: str):
@@ -111,7 +123,19 @@ def blocks(instrs, labels):
             b.succ.append(labels[last.target])
         if not uncond and nxt is not None:
             b.succ.append(nxt)
-        b.slow = any(ins.base == "CALL" and (ins.target or "").startswith("$__internal") for ins in b.instrs)
+        b.calls = [labels[i.target] for i in b.instrs if i.base == "CALL" and labels.get(i.target) in out]
+        b.slow = any(_internal(i) and "slowpath" in i.target for i in b.instrs)
+    for s, b in out.items():  # the slow sides of fast / slow splits
+        last = b.instrs[-1]
+        if last.base != "BRA" or not last.pred or len(b.succ) != 2:
+            continue
+        for t, other in (b.succ, b.succ[::-1]):
+            calls = [i for i in out[t].instrs if _internal(i)] if t > s else []
+            if not calls or other == t or any(i.line != last.line for i in calls):
+                continue
+            after = set().union(*(_reach(out, u) for u in out[t].succ))
+            if after & _reach(out, other, stop=t):
+                out[t].slow = True
     return out
 
 
@@ -164,22 +188,34 @@ def weigh(bl, trip, src_line=lambda f, n: "", rare=()):
                 continue
         if not any(bl[t].slow for t in b.succ):
             both.append((last.addr, last.line, text.strip()))
-    live = _reach(bl, entry, frozenset(cut))
-    both = [b for b in both if any(a in bl and bl[a].instrs[-1].addr == b[0] for a in live)]
-    info = []
-    counts = {}
-    for head, latch, addr, line in lp:
-        if latch not in live:
-            continue
-        n, how = trip((head, latch, addr, line))
-        counts[(head, latch)] = n
-        info.append((head, addr, line, n, how))
+    cut = frozenset(cut)
+    info, counts, weight, reached = [], {}, dict.fromkeys(bl, 0.0), set()
+
+    def region(start, mult, active):
+        """Add ``mult`` x (loop factors) to the blocks reachable from ``start`` (the entry, or a
+        callee up to its ``RET``), then recurse into the subroutines they call."""
+        live = _reach(bl, start, cut)
+        reached.update(live)
+        mine = [lo for lo in lp if lo[1] in live]
+        for lo in mine:
+            if (lo[0], lo[1]) not in counts:
+                n, how = trip(lo)
+                counts[(lo[0], lo[1])] = n
+                info.append((lo[0], lo[2], lo[3], n, how))
+        for s in sorted(live):
+            w = mult
+            for head, latch, _, _ in mine:
+                if head <= s <= latch:
+                    w *= counts[(head, latch)]
+            weight[s] += w
+            for callee in bl[s].calls:
+                if w and callee not in active:  # no recursion (compiler helpers do not recurse)
+                    region(callee, w, active | {callee})
+
+    region(entry, 1.0, frozenset({entry}))
+    both = [b for b in both if any(bl[a].instrs[-1].addr == b[0] for a in reached)]
     for s, b in bl.items():
-        w = 1.0 if s in live else 0.0
-        for (head, latch), n in counts.items():
-            if head <= s <= latch:
-                w *= n
-        b.weight = w
+        b.weight = weight[s]
     return info, both, rare_cut
 
 

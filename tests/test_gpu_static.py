@@ -177,3 +177,94 @@ def test_model_of_real_kernels(tmp_path):
         for k in r["kernels"]:
             assert k["programs"] > 0 and k["warps"] > 0 and k["regs"] > 0 and 0 < k["occupancy"] <= 1
     assert "est%" in res.stdout and "gm_central_bf16" in res.stdout
+
+
+# An unconditional 64-bit ``%`` (no fast path: a plain CALL inside a BSSY / WARPSYNC region),
+# then a 64-bit ``//`` with its 32-bit fast path (the CALL on the slow side, in a nested
+# BSSY B1), then a second call of the ``%`` helper.  The helper has a counted loop.
+SASS_CALL = """
+_k2:
+.text._k2:
+\t//## File "/y.py", line 20
+        /*0000*/                   MOV R2, RZ ;
+        /*0010*/                   BSSY B0, `(.L_x_5) ;
+        /*0020*/                   WARPSYNC.ALL ;
+        /*0030*/                   MOV R20, 0x50 ;
+        /*0040*/                   CALL.REL.NOINC `($__internal_1_$__cuda_sm20_rem_s64) ;
+.L_x_5:
+        /*0050*/                   BSYNC B0 ;
+\t//## File "/y.py", line 21
+        /*0060*/                   ISETP.NE.U32.AND P0, PT, R0, RZ, PT ;
+        /*0070*/                   BSSY B0, `(.L_x_7) ;
+        /*0080*/              @!P0 BRA `(.L_x_6) ;
+        /*0090*/                   BSSY B1, `(.L_x_8) ;
+        /*00a0*/                   MOV R20, 0xc0 ;
+        /*00b0*/                   CALL.REL.NOINC `($__internal_2_$__cuda_sm20_div_s64) ;
+.L_x_8:
+        /*00c0*/                   BSYNC B1 ;
+        /*00d0*/                   BRA `(.L_x_7) ;
+.L_x_6:
+        /*00e0*/                   I2F.U32.RP R4, R5 ;
+        /*00f0*/                   MUFU.RCP R4, R4 ;
+.L_x_7:
+        /*0100*/                   BSYNC B0 ;
+\t//## File "/y.py", line 22
+        /*0110*/                   MOV R20, 0x130 ;
+        /*0120*/                   CALL.REL.NOINC `($__internal_1_$__cuda_sm20_rem_s64) ;
+        /*0130*/                   STG.E [R2.64], R4 ;
+        /*0140*/                   EXIT ;
+$__internal_1_$__cuda_sm20_rem_s64:
+        /*0150*/                   MOV R7, 0x0 ;
+.L_x_10:
+        /*0160*/                   IADD3 R7, R7, 0x1, RZ ;
+        /*0170*/                   ISETP.NE.AND P1, PT, R7, 0x4, PT ;
+        /*0180*/               @P1 BRA `(.L_x_10) ;
+        /*0190*/                   RET.REL.NODEC R20 `(_k2) ;
+$__internal_2_$__cuda_sm20_div_s64:
+        /*01a0*/                   IABS R6, R5 ;
+        /*01b0*/                   RET.REL.NODEC R20 `(_k2) ;
+.L_x_11:
+        /*01c0*/                   BRA `(.L_x_11);
+"""
+
+
+def _weigh_text(text, function):
+    instrs, labels = S.parse(text, function)
+    bl = S.blocks(instrs, labels)
+
+    def trip(loop):
+        head, latch, _, _ = loop
+        return G.static_trip(bl, head, latch), "static"
+
+    info, both, _ = S.weigh(bl, trip)
+    return bl, info, both
+
+
+def test_unconditional_calls_are_executed_and_their_callees_counted():
+    bl, info, both = _weigh_text(SASS_CALL, "_k2")
+    w = {s: b.weight for s, b in bl.items()}
+    # the code after the unconditional CALL (BSYNC, the split) keeps its weight
+    assert w[0x0] == 1 and w[0x50] == 1 and not bl[0x0].slow
+    # the 64-bit // : the CALL on the slow side (same line as the @!P0 BRA, rejoining) is not taken
+    assert bl[0x90].slow and w[0x90] == 0 and w[0xC0] == 0  # ... nor its BSYNC B1
+    assert w[0xE0] == 1 and w[0x100] == 1 and both == []  # the fast side; a split is not "both"
+    # the helper runs once per call (two call sites), its loop 4 times a call; div_s64 never
+    assert w[0x150] == 2 and w[0x160] == 8 and w[0x190] == 2
+    assert w[0x1A0] == 0 and w[0x1C0] == 0
+    assert info == [(0x160, 0x180, 22, 4, "static")]
+    total = sum(b.weight * len(b.instrs) for b in bl.values())
+    kernel = 5 + 4 + 2 + 5  # 0x00-0x40, 0x50-0x80, the fast side, 0x100-0x140
+    callee = 1 + 3 * 4 + 1  # MOV, the loop, RET
+    assert total == kernel + 2 * callee
+
+
+def test_calls_in_a_runtime_if_are_counted_and_the_branch_reported():
+    # the same CALL, but its block's source line is not the branch's: a user `if`, not a split
+    text = SASS_CALL.replace("""        /*0090*/                   BSSY B1""",
+                             """\t//## File "/y.py", line 23\n        /*0090*/                   BSSY B1""")
+    bl, _, both = _weigh_text(text, "_k2")
+    assert not bl[0x90].slow and bl[0x90].weight == 1 and bl[0xC0].weight == 1
+    assert bl[0x1A0].weight == 1 and [b[0] for b in both] == [0x80]
+    # ... unless the callee is a `*slowpath*` helper, which a split always guards
+    bl, _, _ = _weigh_text(text.replace("div_s64", "div_rn_noftz_f32_slowpath"), "_k2")
+    assert bl[0x90].slow and bl[0x90].weight == 0 and bl[0x1A0].weight == 0
