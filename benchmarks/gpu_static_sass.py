@@ -174,6 +174,14 @@ def weigh(bl, trip, src_line=lambda f, n: "", rare=()):
     cut, both, rare_cut = set(), [], []
     for s, b in bl.items():
         last = b.instrs[-1]
+        if last.base == "EXIT" and last.pred and len(b.succ) == 1:
+            # ``if rare: ...`` at the end of a kernel compiles to ``@!P EXIT``: the fall-through
+            # is the rare region
+            text = src_line(last.file, last.line)
+            if any(p in text for p in rare):
+                cut.add((s, b.succ[0]))
+                rare_cut.append((last.addr, last.line, text.strip()))
+            continue
         if last.base != "BRA" or not last.pred or len(b.succ) != 2 or any(e in back for e in ((s, t) for t in b.succ)):
             continue
         a, c = b.succ

@@ -8,6 +8,8 @@ keep-border rules included).
 Modules:
 
 * :mod:`.prims`: device helpers (folding, rounding, ``atan2``, magnitude);
+* :mod:`.rows`: the row-streaming forward kernel of separable stencils (aligned vector
+  rows, constexpr taps), tried first;
 * :mod:`.footprint`: the general forward and backward kernels (any spec);
 * :mod:`.plan`: their host-side lowering and launch plans;
 * :mod:`.rank`, :mod:`.canny`: rank filters and Canny.
@@ -30,6 +32,7 @@ from ..._validate import compute_dtype
 from .. import reference as _ref
 from .._layout import collapse_planes
 from .._planar import adapt as _adapt
+from . import rows as _rows
 from .footprint import _bwd_kernel, _fwd_kernel
 from .plan import (_BLEND, _DIR, _EPILOGUES, _MAG, _NORM, _PLANS, _STACK, _TILE, _U_DIR, _U_MAG, _U_NORM,  # noqa: F401
                    _lower, _np2, _slots, set_tile_limits)
@@ -153,6 +156,34 @@ def _launch_bwd(plan, x, mask, grad, u, out, epi, keep_border, NP, H, W):
         )
     LAUNCHES["bwd"] += 1
 
+#: whether the row-streaming kernel is tried first (tests turn it off to run the general one)
+ROWS = True
+
+
+def _rows_forward(x, mask, y, spec, NP, H, W, cval, thr, ext, keep_border) -> bool:
+    """Run ``spec`` forward with :mod:`.rows` if it fits (contiguous, aligned rows; a separable
+    spec of small reach); False when the general footprint kernel must run instead."""
+    if not ROWS:
+        return False
+    k_stride = 0
+    yp = y
+    if isinstance(spec, FilterSpec) and spec.epilogue == "stack" and len(spec.stencils) == 2:
+        k_stride, yp = y.stride(-3), y.select(-3, 0)
+    parts = [_rows._strided(t) if t is not None else None
+             for t in (x, yp, mask.view(torch.uint8) if mask is not None else None)]
+    if parts[0] is None or parts[1] is None or (mask is not None and parts[2] is None):
+        return False
+    strides = [v for part in parts if part is not None for v in part[1:]] + [k_stride]
+    kp = _rows.plan(spec, H, W, NP, x.dtype, strides, thr)
+    if kp is None:
+        return False
+    with _device(x):
+        _rows.launch(kp, x, mask.view(torch.uint8) if mask is not None else None, yp, NP, H, W, cval, thr, ext,
+                     keep_border, k_stride)
+    LAUNCHES["rows"] += 1
+    return True
+
+
 def _device(x):
     """Launch on ``x``'s GPU (Triton launches on the current device and its current stream)."""
     return torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext()
@@ -174,7 +205,8 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
     if plan is None or not _safe_offsets(x, out):
         return _fallback("filter_forward", x, spec, out=out)
     y = _result(out, shape, x)
-    _launch_fwd(plan, x, None, None, y, _EPILOGUES[spec.epilogue], False, NP, H, W)
+    if not _rows_forward(x, None, y, spec, NP, H, W, spec.cval, 0.0, (0, 0, 0, 0), False):
+        _launch_fwd(plan, x, None, None, y, _EPILOGUES[spec.epilogue], False, NP, H, W)
     return y
 
 def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
@@ -211,7 +243,9 @@ def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
         return _fallback("blur_forward", x, mask, spec, threshold, out=out)
     mask = _mask(mask, x)
     y = _result(out, x.shape, x)
-    _launch_fwd(plan, x, mask, None, y, _NORM if spec.normalized else _BLEND, spec.keep_border, NP, H, W)
+    thr = _threshold(threshold, mask, x.dtype)
+    if spec.normalized or not _rows_forward(x, mask, y, spec, NP, H, W, spec.cval, thr, plan.ext, spec.keep_border):
+        _launch_fwd(plan, x, mask, None, y, _NORM if spec.normalized else _BLEND, spec.keep_border, NP, H, W)
     return y
 
 def _blur_backward_planes(grad, x, mask, spec: BlurSpec, threshold: float, out=None):

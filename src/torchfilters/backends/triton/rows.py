@@ -1,0 +1,537 @@
+"""Row-streaming kernel for separable stencils: every row loaded once, as aligned vectors.
+
+The kernel of the common filters (``sobel``/``prewitt``/``scharr``/central gradients and
+their magnitude or direction, Gaussian blur and its derivatives, selective blur with a
+separable blur) when the input's rows are contiguous and their starts aligned:
+
+* **Tiles.**  The planes are stacked into one tall image and cut into *strips* of ``BH`` rows
+  (``BH`` divides the plane height evenly, so a 28-row plane is two strips of 14).  A program
+  owns ``BP`` strips (several small planes at once: full lanes) and ``NQ`` chunks of ``VEC``
+  columns.  ``VEC`` is the widest vector (up to 16 bytes) that the row starts are aligned to, so
+  each chunk is one ``LDG.128`` / ``LDG.64``; the host checks the alignment and passes the
+  strides in units of ``VEC`` so that Triton can prove it.
+* **Streaming.**  A program walks its strips' rows from the top halo to the bottom halo.  Each
+  row is loaded once: its chunk, plus the ``LX``/``HX`` columns left and right of the chunk
+  (folded columns: they are computed once per program).  The horizontal pass runs on the
+  thread's registers (``tl.split``/``tl.join`` of the in-thread vector cost nothing); the
+  vertical pass on the last ``LY + HY + 1`` rows, which stay in registers.  Row folding is per
+  strip, not per element.
+* **Constants.**  Taps, offsets, the summation order, modes and the epilogue are constexprs
+  (the spec is already a constant): no weight table is loaded, no parameter table is uploaded
+  per call, so a launch allocates nothing but its output (safe under CUDA-graph capture).
+* **Numerics.**  Each pass is summed in SciPy's order (:func:`.._lowering.pass_entries`), every
+  product rounded before its sum (``enable_fp_fusion=False``), and in ``constant`` mode the
+  second pass reads ``cval`` outside the image, as SciPy's sequential 1-D passes do.  Float32
+  to bfloat16 is rounded to nearest even by integer arithmetic (:func:`_to_out`), the same
+  bits in the interpreter and on the GPU.
+
+The host side (:func:`plan`) turns a spec into these constexprs, or returns None where the
+general footprint kernel (:mod:`.footprint`) must run: dense stencils, more than two stencils,
+normalized selective blur, large radii, unaligned or strided rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from ..._spec import BlurSpec, FilterSpec
+from .._lowering import lower, pass_entries
+from .prims import _any, _atan2, _fold, _mag_bad, _mag_scaled, _sqrt
+
+#: the largest reach of a pass along the columns / rows handled here
+_MAX_REACH = 8
+#: rows a strip may have at most (the unrolled row loop)
+_MAX_BH = 16
+
+# epilogues (as the footprint kernels': stack, magnitude, direction, selective-blur blend)
+_STACK, _MAG, _DIR, _BLEND = 0, 1, 2, 3
+
+
+# ============================================================================ device code
+
+
+@triton.jit
+def _split(c, VEC: tl.constexpr):
+    """``[BP, NQ, VEC]`` -> the ``VEC`` columns, each ``[BP, NQ]`` (in-thread: no data moves)."""
+    BP: tl.constexpr = c.shape[0]
+    NQ: tl.constexpr = c.shape[1]
+    if VEC == 1:
+        return (tl.reshape(c, (BP, NQ)),)
+    elif VEC == 2:
+        a, b = tl.split(c)
+        return (a, b)
+    elif VEC == 4:
+        a, b = tl.split(tl.reshape(c, (BP, NQ, 2, 2)))
+        a0, a1 = tl.split(a)
+        b0, b1 = tl.split(b)
+        return (a0, b0, a1, b1)
+    else:
+        a, b = tl.split(tl.reshape(c, (BP, NQ, 4, 2)))
+        a, c_ = tl.split(tl.reshape(a, (BP, NQ, 2, 2)))
+        a0, a1 = tl.split(a)
+        a2, a3 = tl.split(c_)
+        b, d = tl.split(tl.reshape(b, (BP, NQ, 2, 2)))
+        b0, b1 = tl.split(b)
+        b2, b3 = tl.split(d)
+        return (a0, b0, a2, b2, a1, b1, a3, b3)
+
+
+@triton.jit
+def _join(t, VEC: tl.constexpr):
+    """The inverse of :func:`_split`."""
+    BP: tl.constexpr = t[0].shape[0]
+    NQ: tl.constexpr = t[0].shape[1]
+    if VEC == 1:
+        return tl.reshape(t[0], (BP, NQ, 1))
+    elif VEC == 2:
+        return tl.join(t[0], t[1])
+    elif VEC == 4:
+        return tl.reshape(tl.join(tl.join(t[0], t[2]), tl.join(t[1], t[3])), (BP, NQ, 4))
+    else:
+        ev = tl.reshape(tl.join(tl.join(t[0], t[4]), tl.join(t[2], t[6])), (BP, NQ, 4))
+        od = tl.reshape(tl.join(tl.join(t[1], t[5]), tl.join(t[3], t[7])), (BP, NQ, 4))
+        return tl.reshape(tl.join(ev, od), (BP, NQ, 8))
+
+
+@triton.jit
+def _pass(vals, base: tl.constexpr, P: tl.constexpr, ACC: tl.constexpr):
+    """One 1-D pass at one sample: ``vals[base + offset]`` summed in SciPy's order.
+
+    ``P = (axis, kind, offsets, weights, n)`` (:func:`_pass_entries`): general passes are
+    ``w_0 v_0 + w_1 v_1 + ...``; (anti)symmetric ones ``w_c v_c + (v_l +- v_r) w_l + ...``.
+    """
+    KIND: tl.constexpr = P[1]
+    OFF: tl.constexpr = P[2]
+    WS: tl.constexpr = P[3]
+    N: tl.constexpr = P[4]
+    acc = vals[base + OFF[0]] * tl.full((), WS[0], ACC)
+    if KIND == 0:
+        for t in tl.static_range(1, N):
+            acc = acc + vals[base + OFF[t]] * tl.full((), WS[t], ACC)
+    else:
+        for t in tl.static_range(1, N, 2):
+            if KIND == 1:
+                acc = acc + (vals[base + OFF[t]] + vals[base + OFF[t + 1]]) * tl.full((), WS[t], ACC)
+            else:
+                acc = acc + (vals[base + OFF[t]] - vals[base + OFF[t + 1]]) * tl.full((), WS[t], ACC)
+    return acc
+
+
+@triton.jit
+def _mid(row, LX: tl.constexpr, VEC: tl.constexpr):
+    """The chunk's own ``VEC`` columns of a loaded row."""
+    out = ()
+    for k in tl.static_range(VEC):
+        out = out + (row[LX + k],)
+    return out
+
+
+@triton.jit
+def _column(hist, i: tl.constexpr, j: tl.constexpr):
+    """Column ``j`` of the rows ``hist[i:]`` (a tuple, for :func:`_pass` along the rows)."""
+    out = ()
+    for k in tl.static_range(i, len(hist)):
+        out = out + (hist[k][j],)
+    return out
+
+
+@triton.jit
+def _stencil_row(hist, hh, o: tl.constexpr, ST: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr,
+                 LY: tl.constexpr, VEC: tl.constexpr, okx, cval, MODE: tl.constexpr, ACC: tl.constexpr):
+    """Output row ``o`` of one stencil, a tuple of ``VEC`` columns.
+
+    ``hist``: the loaded rows (each ``LX + VEC + HX`` columns); ``hh``: per row, the first
+    (horizontal) pass for stencils of order 3.  ``ST = (order, pass 1, pass 2)``: order 0 the
+    identity, 1 horizontal, 2 vertical, 3 horizontal then vertical, 4 vertical then horizontal
+    (whose ``ST[3:5]`` are the first and last columns of ``hist`` that the second pass reads).
+    """
+    ORDER: tl.constexpr = ST[0]
+    out = ()
+    if ORDER == 0:
+        for k in tl.static_range(VEC):
+            out = out + (hist[o + LY][LX + k],)
+    elif ORDER == 1:
+        for k in tl.static_range(VEC):
+            out = out + (_pass(hist[o + LY], LX + k, ST[1], ACC),)
+    elif ORDER == 2:
+        for k in tl.static_range(VEC):
+            out = out + (_pass(_column(hist, o, LX + k), LY, ST[1], ACC),)
+    elif ORDER == 3:
+        for k in tl.static_range(VEC):
+            out = out + (_pass(_column(hh, o, k), LY, ST[2], ACC),)
+    else:  # vertical at every column the horizontal pass reads, then horizontal
+        P2: tl.constexpr = ST[2]
+        JLO: tl.constexpr = ST[3]
+        JHI: tl.constexpr = ST[4]
+        v = ()
+        for j in tl.static_range(LX + VEC + HX):
+            if (j >= JLO) and (j <= JHI):
+                s = _pass(_column(hist, o, j), LY, ST[1], ACC)
+                if MODE == 4:  # SciPy pads the first pass's result with cval
+                    if j < LX:
+                        s = tl.where(okx[LX - 1 - j][None, :], s, cval)
+                    elif j >= LX + VEC:
+                        s = tl.where(okx[j - VEC][None, :], s, cval)
+            else:
+                s = hist[0][0]  # (never read)
+            v = v + (s,)
+        for k in tl.static_range(VEC):
+            out = out + (_pass(v, LX + k, P2, ACC),)
+    return out
+
+
+@triton.jit
+def _h_first(row, rin, ST: tl.constexpr, LX: tl.constexpr, VEC: tl.constexpr, cval, MODE: tl.constexpr,
+             ACC: tl.constexpr):
+    """The horizontal first pass of an order-3 stencil on one row (``cval`` on rows outside,
+    constant mode)."""
+    out = ()
+    if ST[0] == 3:
+        for k in tl.static_range(VEC):
+            h = _pass(row, LX + k, ST[1], ACC)
+            if MODE == 4:
+                h = tl.where(rin[:, None], h, cval)
+            out = out + (h,)
+    return out
+
+
+@triton.jit
+def _to_out(y, OT: tl.constexpr):
+    """``y`` (the compute dtype) in the output dtype; float32 to bfloat16 rounded to nearest
+    even by integer arithmetic (the interpreter's cast truncates), NaN kept quiet."""
+    if OT == tl.bfloat16 and y.dtype == tl.float32:
+        b = y.to(tl.uint32, bitcast=True)
+        r = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+        r = tl.where(y != y, (b >> 16) | 0x40, r)
+        return r.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        return y.to(OT)
+
+
+@triton.jit
+def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0, cok, cols, fl, fr, okx,
+           H, W, cval, thr, by0, by1, bx0, bx1,
+           MODE: tl.constexpr, SY: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr, EPI: tl.constexpr,
+           K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, HAS_MASK: tl.constexpr,
+           KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr, HY: tl.constexpr,
+           BH: tl.constexpr, VEC: tl.constexpr, RESCUE: tl.constexpr):
+    """The strips' rows, top halo to bottom halo; stores every output row as soon as its rows
+    are in.  Returns where the magnitude's sum of squares over/underflowed; with ``RESCUE``
+    (a second sweep, rare) stores the rescaled magnitude there instead."""
+    OT: tl.constexpr = o_ptr.dtype.element_ty
+    hist = ()
+    hh0 = ()
+    hh1 = ()
+    bad_any = (cols < 0)[None, :, :] & sok[:, None, None]  # all false, the tile's shape
+    for i in tl.static_range(-LY, BH + HY):
+        r = r0 + i
+        rf = _fold(r, H, MODE, SY)
+        rin = (r >= 0) & (r < H)
+        ok = sok & rin if MODE == 4 else sok
+        rb = xb + rf.to(tl.int64) * (x_sh * VEC)
+        v = tl.load(x_ptr + rb[:, None, None] + cols[None, :, :], mask=ok[:, None, None] & cok[None, :, None],
+                    other=0.0).to(ACC)
+        if MODE == 4:
+            v = tl.where(rin[:, None, None], v, cval)
+        mid = _split(v, VEC)
+        left = ()
+        for k in tl.static_range(LX):
+            e = tl.load(x_ptr + rb[:, None] + fl[LX - 1 - k][None, :], mask=ok[:, None] & cok[None, :],
+                        other=0.0).to(ACC)
+            if MODE == 4:
+                e = tl.where(rin[:, None] & okx[LX - 1 - k][None, :], e, cval)
+            left = left + (e,)
+        right = ()
+        for k in tl.static_range(HX):
+            e = tl.load(x_ptr + rb[:, None] + fr[k][None, :], mask=ok[:, None] & cok[None, :], other=0.0).to(ACC)
+            if MODE == 4:
+                e = tl.where(rin[:, None] & okx[LX + k][None, :], e, cval)
+            right = right + (e,)
+        row = left + mid + right
+        hist = hist + (row,)
+        hh0 = hh0 + (_h_first(row, rin, S0, LX, VEC, cval, MODE, ACC),)
+        if K == 2:
+            hh1 = hh1 + (_h_first(row, rin, S1, LX, VEC, cval, MODE, ACC),)
+        if i >= HY:  # every row that output row i - HY reads is in: that output row
+            y0 = _join(_stencil_row(hist, hh0, i - HY, S0, LX, HX, LY, VEC, okx, cval, MODE, ACC), VEC)
+            if K == 2:
+                y1 = _join(_stencil_row(hist, hh1, i - HY, S1, LX, HX, LY, VEC, okx, cval, MODE, ACC), VEC)
+            else:
+                y1 = y0
+            ro = r0 + (i - HY)
+            smask = (sok & (ro < H))[:, None, None] & cok[None, :, None]
+            optr = o_ptr + (ob + ro.to(tl.int64) * (o_sh * VEC))[:, None, None] + cols[None, :, :]
+            if EPI == 0:
+                tl.store(optr, _to_out(y0, OT), mask=smask)
+                if K == 2:
+                    tl.store(optr + o_sk * VEC, _to_out(y1, OT), mask=smask)
+            elif EPI == 1:
+                sq = y0 * y0
+                if K == 2:
+                    sq += y1 * y1
+                bad = _mag_bad(sq, y0, y1, K, F64)
+                if RESCUE:
+                    m, mm, t0, t1, q = _mag_scaled(y0, y1, bad, K, F64)
+                    tl.store(optr, _to_out(tl.where(m == float("inf"), m, mm * q), OT), mask=smask & bad)
+                else:
+                    tl.store(optr, _to_out(_sqrt(sq, F64), OT), mask=smask)
+                    bad_any = bad_any | (bad & smask)
+            elif EPI == 2:
+                tl.store(optr, _to_out(_atan2(y0, y1, F64), OT), mask=smask)
+            else:  # selective blur: blur where selected (and outside a kept border), else x
+                xv = _join(_mid(hist[i - HY + LY], LX, VEC), VEC)
+                if HAS_MASK:
+                    mptr = m_ptr + (mb + ro.to(tl.int64) * (m_sh * VEC))[:, None, None] + cols[None, :, :]
+                    w = tl.load(mptr, mask=smask, other=0) != 0
+                else:
+                    w = xv >= thr
+                if KEEP_BORDER:
+                    rk = (ro + by0 >= 0) & (ro + by1 <= H - 1)
+                    ck = (cols + bx0 >= 0) & (cols + bx1 <= W - 1)
+                    w = w & rk[:, None, None] & ck[None, :, :]
+                tl.store(optr, _to_out(tl.where(w, y0, xv), OT), mask=smask)
+    return bad_any
+
+
+@triton.jit
+def _rows_kernel(
+    x_ptr, x_ni, x_so, x_si, x_sh,
+    m_ptr, m_ni, m_so, m_si, m_sh,
+    o_ptr, o_ni, o_so, o_si, o_sh, o_sk,
+    NS, n_strips, n_tq, H, W, cval, thr, by0, by1, bx0, bx1,
+    MODE: tl.constexpr, SY: tl.constexpr, SX: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr,
+    EPI: tl.constexpr, K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, HAS_MASK: tl.constexpr,
+    KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr, HY: tl.constexpr,
+    BP: tl.constexpr, BH: tl.constexpr, NQ: tl.constexpr, VEC: tl.constexpr,
+):
+    """``BP`` strips of ``BH`` rows by ``NQ`` chunks of ``VEC`` columns (strides in ``VEC`` units)."""
+    # ids in int32 (the host checks that they fit), offsets in int64
+    pid = tl.program_id(0)
+    tq = pid % n_tq
+    sid = (pid // n_tq) * BP + tl.arange(0, BP)
+    sok = sid < NS
+    sid = tl.minimum(sid, NS - 1)
+    pl = sid // n_strips
+    r0 = (sid - pl * n_strips) * BH
+    xb = ((pl // x_ni).to(tl.int64) * x_so + (pl % x_ni).to(tl.int64) * x_si) * VEC
+    mb = ((pl // m_ni).to(tl.int64) * m_so + (pl % m_ni).to(tl.int64) * m_si) * VEC
+    ob = ((pl // o_ni).to(tl.int64) * o_so + (pl % o_ni).to(tl.int64) * o_si) * VEC
+    c0 = (tq * NQ + tl.arange(0, NQ)) * VEC
+    cok = c0 < W
+    cols = c0[:, None] + tl.arange(0, VEC)[None, :]
+    # the columns left and right of each chunk, folded once
+    fl = ()
+    okx = ()  # inside the image (constant mode): left ones first, nearest first, then right ones
+    for k in tl.static_range(1, LX + 1):
+        fl = fl + (_fold(c0 - k, W, MODE, SX),)
+        okx = okx + (c0 - k >= 0,)
+    fr = ()
+    for k in tl.static_range(1, HX + 1):
+        fr = fr + (_fold(c0 + VEC - 1 + k, W, MODE, SX),)
+        okx = okx + (c0 + VEC - 1 + k < W,)
+    bad = _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0, cok, cols, fl, fr, okx,
+                 H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
+                 KEEP_BORDER, LX, HX, LY, HY, BH, VEC, False)
+    if EPI == 1:
+        if _any(bad):  # the magnitude over/underflowed somewhere in the tile: rescale there
+            _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0, cok, cols, fl, fr, okx,
+                   H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
+                   KEEP_BORDER, LX, HX, LY, HY, BH, VEC, True)
+
+
+# ============================================================================ host side
+
+
+class RowsPlan(NamedTuple):
+    ce: dict  # constexprs
+    BP: int
+    BH: int
+    NQ: int
+    n_strips: int
+    n_tq: int
+    warps: int
+
+
+def _np2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _pass_const(p):
+    """``(axis, kind, offsets, weights)`` of a pass as :func:`_pass` reads it."""
+    kind, ent = pass_entries(p)
+    return (p.axis, kind, tuple(o for o, _ in ent), tuple(w for _, w in ent), len(ent))
+
+
+def _stencil_const(st, mode):
+    """``(order, pass 1, pass 2[, first, last])`` (see :func:`_stencil_row`; the columns are
+    relative to the chunk, :func:`_with_columns` makes them indices), or None."""
+    if st.kind != "sep":
+        return None
+    passes = [p for p in st.passes if p.taps != (1.0,)]
+    if len(passes) > 2 or (len(passes) == 2 and passes[0].axis == passes[1].axis):
+        return None
+    if any(p.axis not in (-1, -2) for p in passes):
+        return None
+    if not passes:
+        return (0, (), ())
+    if len(passes) == 1:
+        return (1 if passes[0].axis == -1 else 2, _pass_const(passes[0]), ())
+    a, b = passes
+    if a.axis == -2:  # vertical first: its rows are kept at every column the second pass reads
+        reach = max(abs(b.lo), abs(b.lo + len(b.taps) - 1))
+        if reach > 2 and mode == "constant":
+            return None
+        if reach > 2:  # (register pressure) the same sum with the passes swapped: ~1 ulp apart
+            a, b = b, a
+            return (3, _pass_const(a), _pass_const(b))
+        pb = _pass_const(b)
+        return (4, _pass_const(a), pb, min(pb[2]), max(pb[2]))
+    return (3, _pass_const(a), _pass_const(b))
+
+
+def _with_columns(c, lx, vec):
+    """An order-4 stencil's column range as indices into a loaded row."""
+    if c[0] != 4:
+        return c
+    return c[:3] + (lx + c[3], lx + vec - 1 + c[4])
+
+
+def _reach(consts):
+    """``(LX, HX, LY, HY)``: the columns left/right and rows above/below any pass reads."""
+    lx = hx = ly = hy = 0
+    for c in consts:
+        for p in c[1:3]:
+            if p:
+                lo, hi = min(p[2]), max(p[2])
+                if p[0] == -1:
+                    lx, hx = max(lx, -lo), max(hx, hi)
+                else:
+                    ly, hy = max(ly, -lo), max(hy, hi)
+    return lx, hx, ly, hy
+
+
+def _single(n, lo, hi, mode):
+    if mode in ("nearest", "constant"):
+        return True
+    if mode == "mirror":
+        return n >= 2 and lo <= n - 1 and hi <= n - 1
+    return lo <= n and hi <= n
+
+
+def _vec(elsize, *values):
+    """The widest vector (elements, at most 16 bytes) that every value is a multiple of."""
+    v = 16 // elsize
+    while v > 1 and any(int(x) % v for x in values):
+        v //= 2
+    return v
+
+
+_CACHE: dict = {}
+
+
+def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
+    """The launch plan of ``spec`` on ``NP`` planes of ``H x W``, or None.
+
+    ``strides``: every element stride and data pointer (in elements) the launch uses, which
+    must all be multiples of the vector width."""
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        return None
+    spec = lower(spec, (H, W))
+    if isinstance(spec, BlurSpec):
+        if spec.normalized or normalized:
+            return None
+        stencils, epi = [spec.stencil], _BLEND
+    elif isinstance(spec, FilterSpec):
+        if spec.epilogue == "sum" or len(spec.stencils) > 2:
+            return None
+        if spec.epilogue == "direction" and len(spec.stencils) != 2:
+            return None
+        stencils, epi = list(spec.stencils), {"stack": _STACK, "magnitude": _MAG, "direction": _DIR}[spec.epilogue]
+    else:
+        return None
+    if not isinstance(spec.mode, str):
+        return None
+    key = (spec, math.copysign(1.0, spec.cval), H, W, min(NP, 4096), dtype)
+    vec = _vec(dtype.itemsize, W, *strides)
+    hit = _CACHE.get((key, vec))
+    if hit is not None:
+        return _fits(hit, NP)
+    consts = [_stencil_const(st, spec.mode) for st in stencils]
+    if any(c is None for c in consts):
+        return None
+    lx, hx, ly, hy = _reach(consts)
+    if max(lx, hx, ly, hy) > _MAX_REACH:
+        return None
+    consts = [_with_columns(c, lx, vec) for c in consts]
+    # rows per strip: the plane height split evenly into strips of at most _MAX_BH rows
+    n_strips = -(-H // _MAX_BH)
+    BH = -(-H // n_strips)
+    n_chunks = -(-W // vec)
+    NQ = min(_np2(n_chunks), 32)
+    threads = 128
+    BP = max(1, min(threads // NQ, _np2(NP * n_strips)))
+    warps = max(1, min(4, BP * NQ // 32))
+    acc = tl.float64 if dtype == torch.float64 else tl.float32
+    ce = dict(
+        MODE={"reflect": 0, "mirror": 1, "nearest": 2, "wrap": 3, "constant": 4}[spec.mode],
+        SY=_single(H, ly, hy, spec.mode), SX=_single(W, lx, hx, spec.mode), ACC=acc, F64=dtype == torch.float64,
+        EPI=epi, K=len(consts), S0=consts[0], S1=consts[-1], LX=lx, HX=hx, LY=ly, HY=hy,
+        BP=BP, BH=BH, NQ=NQ, VEC=vec,
+    )
+    p = RowsPlan(ce, BP, BH, NQ, n_strips, -(-n_chunks // NQ), warps)
+    if len(_CACHE) > 512:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[(key, vec)] = p
+    return _fits(p, NP)
+
+
+def _fits(p, NP):
+    """``p``, or None where strip or program ids would not fit the kernel's int32 (its offsets
+    are int64)."""
+    if NP * p.n_strips >= 2**31 or -(-NP * p.n_strips // p.BP) * p.n_tq >= 2**31:
+        return None
+    return p
+
+
+def _strided(t):
+    """``(n_inner, s_outer, s_inner, s_h)`` of ``t``'s planes, or None when its rows are not
+    contiguous (the general kernel then runs)."""
+    from .._layout import collapse_planes
+
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        return None
+    lead = collapse_planes(t.shape[:-2], t.stride()[:-2])
+    if lead is None:
+        return None
+    return lead + (t.stride(-2),)
+
+
+def launch(kernel_plan, x, mask, out, NP, H, W, cval, thr, ext, keep_border, k_stride=0):
+    """Launch :func:`_rows_kernel`; strides given in units of the vector width."""
+    ce = kernel_plan.ce
+    vec = ce["VEC"]
+    xs = _strided(x)
+    ms = _strided(mask) if mask is not None else xs
+    os_ = _strided(out)
+
+    def div(part):  # (n_inner, strides in vector units)
+        return (part[0],) + tuple(int(v) // vec for v in part[1:])
+    grid = (-(-NP * kernel_plan.n_strips // kernel_plan.BP) * kernel_plan.n_tq,)
+    by0, by1, bx0, bx1 = ext
+    _rows_kernel[grid](
+        x, *div(xs), mask if mask is not None else x, *div(ms), out, *div(os_), int(k_stride) // vec,
+        NP * kernel_plan.n_strips, kernel_plan.n_strips, kernel_plan.n_tq, H, W, float(cval), float(thr),
+        by0, by1, bx0, bx1, **ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border,
+        num_warps=kernel_plan.warps, enable_fp_fusion=False,
+    )
+
+
+def usable(*tensors_and_strides):
+    """Whether every tensor has contiguous, vector-aligned rows: ``(tensor, elsize)`` pairs."""
+    return all(t is None or _strided(t) is not None for t in tensors_and_strides)
+
