@@ -201,16 +201,34 @@ def _h_first(row, rin, ST: tl.constexpr, LX: tl.constexpr, VEC: tl.constexpr, cv
 
 
 @triton.jit
-def _to_out(y, OT: tl.constexpr):
-    """``y`` (the compute dtype) in the output dtype; float32 to bfloat16 rounded to nearest
-    even by integer arithmetic (the interpreter's cast truncates), NaN kept quiet."""
-    if OT == tl.bfloat16 and y.dtype == tl.float32:
+def _to_out(y, OT: tl.constexpr, INTERP: tl.constexpr):
+    """``y`` (the compute dtype) in the output dtype, float32 to bfloat16 rounded to nearest even
+    as torch rounds: the GPU's ``cvt.rn``; in the interpreter (whose cast truncates) integer
+    arithmetic with torch's NaN (0x7FC0)."""
+    if OT == tl.bfloat16 and y.dtype == tl.float32 and INTERP:
         b = y.to(tl.uint32, bitcast=True)
         r = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
-        r = tl.where(y != y, (b >> 16) | 0x40, r)
+        r = tl.where(y != y, 0x7FC0, r)
         return r.to(tl.uint16).to(tl.bfloat16, bitcast=True)
     else:
         return y.to(OT)
+
+
+@triton.jit
+def _root(sq, F64: tl.constexpr, INTERP: tl.constexpr):
+    """``sqrt(sq)`` correctly rounded, for ``sq`` outside ``(0, 2**-100)`` and finite (others are
+    rescued: :func:`_sweep`).  On the GPU the float32 root is the branch-free fast path of
+    ``sqrt.rn.f32`` (an ``rsqrt`` estimate and one FMA correction, exact on that range); the
+    interpreter, which does not fuse FMAs, takes ``sqrt_rn`` itself."""
+    if F64:
+        return tl.sqrt(sq)
+    elif INTERP:
+        return tl.sqrt_rn(sq)
+    else:
+        r = tl.math.rsqrt(tl.maximum(sq, 7.888609052210118e-31))  # (2**-100: 0 gives 0 below)
+        y = sq * r
+        e = tl.fma(-y, y, sq)
+        return tl.fma(e, r * 0.5, y)
 
 
 @triton.jit
@@ -219,7 +237,7 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0,
            MODE: tl.constexpr, SY: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr, EPI: tl.constexpr,
            K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, HAS_MASK: tl.constexpr,
            KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr, HY: tl.constexpr,
-           BH: tl.constexpr, VEC: tl.constexpr, RESCUE: tl.constexpr):
+           BH: tl.constexpr, VEC: tl.constexpr, INTERP: tl.constexpr, RESCUE: tl.constexpr):
     """The strips' rows, top halo to bottom halo; stores every output row as soon as its rows
     are in.  Returns where the magnitude's sum of squares over/underflowed; with ``RESCUE``
     (a second sweep, rare) stores the rescaled magnitude there instead."""
@@ -267,22 +285,30 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0,
             smask = (sok & (ro < H))[:, None, None] & cok[None, :, None]
             optr = o_ptr + (ob + ro.to(tl.int64) * (o_sh * VEC))[:, None, None] + cols[None, :, :]
             if EPI == 0:
-                tl.store(optr, _to_out(y0, OT), mask=smask)
+                tl.store(optr, _to_out(y0, OT, INTERP), mask=smask)
                 if K == 2:
-                    tl.store(optr + o_sk * VEC, _to_out(y1, OT), mask=smask)
+                    tl.store(optr + o_sk * VEC, _to_out(y1, OT, INTERP), mask=smask)
             elif EPI == 1:
                 sq = y0 * y0
                 if K == 2:
                     sq += y1 * y1
-                bad = _mag_bad(sq, y0, y1, K, F64)
-                if RESCUE:
-                    m, mm, t0, t1, q = _mag_scaled(y0, y1, bad, K, F64)
-                    tl.store(optr, _to_out(tl.where(m == float("inf"), m, mm * q), OT), mask=smask & bad)
+                # outside _root's range: overflow (inf), or below 2**-100 while a component is
+                # not 0 (an exact 0 stays on the fast path)
+                if F64:
+                    low = 1.0020841800044864e-292  # (2**-970: sqrt never leaves the fast path)
                 else:
-                    tl.store(optr, _to_out(_sqrt(sq, F64), OT), mask=smask)
-                    bad_any = bad_any | (bad & smask)
+                    low = 7.888609052210118e-31
+                edge = (sq == float("inf")) | ((sq < low) & ((tl.abs(y0) + tl.abs(y1)) > 0))
+                if RESCUE:  # SciPy's rescaling where the sum is inf or subnormal, else the root
+                    bad = _mag_bad(sq, y0, y1, K, F64)
+                    m, mm, t0, t1, q = _mag_scaled(y0, y1, bad, K, F64)
+                    r = tl.where(bad, tl.where(m == float("inf"), m, mm * q), _sqrt(sq, F64))
+                    tl.store(optr, _to_out(r, OT, INTERP), mask=smask & edge)
+                else:
+                    tl.store(optr, _to_out(_root(sq, F64, INTERP), OT, INTERP), mask=smask)
+                    bad_any = bad_any | edge
             elif EPI == 2:
-                tl.store(optr, _to_out(_atan2(y0, y1, F64), OT), mask=smask)
+                tl.store(optr, _to_out(_atan2(y0, y1, F64), OT, INTERP), mask=smask)
             else:  # selective blur: blur where selected (and outside a kept border), else x
                 xv = _join(_mid(hist[i - HY + LY], LX, VEC), VEC)
                 if HAS_MASK:
@@ -294,7 +320,7 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0,
                     rk = (ro + by0 >= 0) & (ro + by1 <= H - 1)
                     ck = (cols + bx0 >= 0) & (cols + bx1 <= W - 1)
                     w = w & rk[:, None, None] & ck[None, :, :]
-                tl.store(optr, _to_out(tl.where(w, y0, xv), OT), mask=smask)
+                tl.store(optr, _to_out(tl.where(w, y0, xv), OT, INTERP), mask=smask)
     return bad_any
 
 
@@ -307,7 +333,7 @@ def _rows_kernel(
     MODE: tl.constexpr, SY: tl.constexpr, SX: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr,
     EPI: tl.constexpr, K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr, HY: tl.constexpr,
-    BP: tl.constexpr, BH: tl.constexpr, NQ: tl.constexpr, VEC: tl.constexpr,
+    BP: tl.constexpr, BH: tl.constexpr, NQ: tl.constexpr, VEC: tl.constexpr, INTERP: tl.constexpr,
 ):
     """``BP`` strips of ``BH`` rows by ``NQ`` chunks of ``VEC`` columns (strides in ``VEC`` units)."""
     # ids in int32 (the host checks that they fit), offsets in int64
@@ -336,12 +362,12 @@ def _rows_kernel(
         okx = okx + (c0 + VEC - 1 + k < W,)
     bad = _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0, cok, cols, fl, fr, okx,
                  H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
-                 KEEP_BORDER, LX, HX, LY, HY, BH, VEC, False)
+                 KEEP_BORDER, LX, HX, LY, HY, BH, VEC, INTERP, False)
     if EPI == 1:
         if _any(bad):  # the magnitude over/underflowed somewhere in the tile: rescale there
             _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0, cok, cols, fl, fr, okx,
                    H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
-                   KEEP_BORDER, LX, HX, LY, HY, BH, VEC, True)
+                   KEEP_BORDER, LX, HX, LY, HY, BH, VEC, INTERP, True)
 
 
 # ============================================================================ host side
@@ -527,6 +553,7 @@ def launch(kernel_plan, x, mask, out, NP, H, W, cval, thr, ext, keep_border, k_s
         x, *div(xs), mask if mask is not None else x, *div(ms), out, *div(os_), int(k_stride) // vec,
         NP * kernel_plan.n_strips, kernel_plan.n_strips, kernel_plan.n_tq, H, W, float(cval), float(thr),
         by0, by1, bx0, bx1, **ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border,
+        INTERP=type(_rows_kernel).__name__ == "InterpretedFunction",
         num_warps=kernel_plan.warps, enable_fp_fusion=False,
     )
 
