@@ -5,7 +5,7 @@ ran (``T.LAUNCHES["rows"]`` for this one, ``"fwd"`` for the general footprint ke
 case must fall back to it) and that nothing fell back to the reference, then the values:
 float64 exactly where the kernel keeps SciPy's summation order (stacked / single / blended
 stencils), within 1e-12 elsewhere (the magnitude's sqrt, atan2, and vertical-first stencils of
-horizontal reach > 2, whose passes ``rows._stencil_const`` swaps).
+horizontal reach > 2 in float32, whose passes ``rows._stencil_const`` swaps).
 
 Covered: every op the kernel takes in every mode (``constant`` with a non-zero cval) on odd and
 tiny planes (1xN, Nx1, 1x1, H=2, heights cut into strips, vector widths 1/2/4/8), packed planes
@@ -134,11 +134,19 @@ OPS = {
     "selective_blur-sigma-keep_border": (
         lambda x, **k: tf.selective_blur(x, -0.2, sigma=(0.5, 0.45), keep_border=True, **k), 0),
     "selective_blur-mask": (lambda x, **k: tf.selective_blur(x, mask=pattern_mask(*x.shape[-2:]), **k), 0),
-    # vertical first, horizontal reach 3: swapped passes (~1 ulp); constant mode: the general kernel
+    # vertical first, horizontal reach 3: swapped passes (float32, ~1 ulp); float64 and constant mode: the general kernel
     "gaussian_filter-wide-x": (lambda x, **k: tf.gaussian_filter(x, (0.45, 0.8), **k), 1e-12),
 }
-#: the only op x mode pairs the rows kernel leaves to the general one
+#: the only op x mode pairs the rows kernel leaves to the general one (float32, 16-bit)
 GENERAL = {("gaussian_filter-wide-x", "constant")}
+#: ... and in float64, which keeps SciPy's order of passes (and so its bits)
+GENERAL_F64 = {("gaussian_filter-wide-x", m) for m in BASE_MODES}
+
+
+def kernel_of(name, mode, dtype=torch.float64):
+    """The kernel that runs ``name`` in ``mode``: "rows", or "fwd" (the general one)."""
+    general = GENERAL_F64 if dtype == torch.float64 else GENERAL
+    return "fwd" if (name, mode) in general else "rows"
 #: 1xN, Nx1, 1x1, H=2, a height cut into two strips (28 = 2 x 14) and into three (33 = 3 x 11),
 #: widths 4 and 8 (the widest float64 vector), odd widths (vector width 1), several planes
 SHAPES = ((1, 12), (7, 1), (1, 1), (2, 9), (28, 5), (2, 33, 4), (2, 3, 6, 8), (3, 2, 7))
@@ -172,14 +180,14 @@ CORE = [(n, m, SHAPES[(i * 3 + j) % len(SHAPES)]) for i, n in enumerate(OPS) for
 @cases("name, mode, shape", GRID, CORE)
 def test_every_op_every_mode_float64(T, name, mode, shape):
     x = rand(*shape, seed=len(name) + BASE_MODES.index(mode))
-    check_op(T, name, x, mode, "fwd" if (name, mode) in GENERAL else "rows")
+    check_op(T, name, x, mode, kernel_of(name, mode))
 
 
 @examples(4)
 @given(name=st.sampled_from(list(OPS)), mode=st.sampled_from(BASE_MODES),
        shape=st.tuples(st.integers(1, 2), st.integers(1, 20), st.integers(1, 17)), seed=st.integers(0, 99))
 def test_every_op_every_mode_float64_sampled(T, name, mode, shape, seed):
-    check_op(T, name, rand(*shape, seed=seed), mode, "fwd" if (name, mode) in GENERAL else "rows")
+    check_op(T, name, rand(*shape, seed=seed), mode, kernel_of(name, mode))
 
 
 #: float32: vector widths 4 (widths 8, 12, 16) and 1; every op once, the modes in turn
@@ -192,7 +200,7 @@ def test_every_op_float32_vectors(T, plans, name):
     mode = BASE_MODES[i % 5]
     shape = F32_SHAPES[i % len(F32_SHAPES)]
     x = rand(*shape, seed=i, dtype=torch.float32)
-    y = check_op(T, name, x, mode, "fwd" if (name, mode) in GENERAL else "rows", tol=2e-6)
+    y = check_op(T, name, x, mode, kernel_of(name, mode, torch.float32), tol=2e-6)
     if plans:
         assert plans[0][0].ce["VEC"] == (1 if shape[-1] % 2 else 4)
     assert y.dtype == torch.float32
@@ -283,10 +291,11 @@ def test_broadcast_and_sliced_leading_dims(T):
 def test_radius_past_the_image(T, plans):
     """Passes reaching past the image (several folds per row / column), up to the kernel's
     largest reach (8); reach 9 is the general kernel's.  Vertical-first Gaussians of reach > 2
-    along x run swapped (within 1e-12), or on the general kernel in constant mode."""
+    along x run on the general kernel in float64 (SciPy's order of passes) and in constant
+    mode, swapped elsewhere (within rounding)."""
     x = rand(2, 8, seed=1)
     for mode in BASE_MODES:
-        kernel = "fwd" if mode == "constant" else "rows"
+        kernel = "fwd"
         with ran(T, kernel):
             y = tf.gaussian_filter(x, 1.0, radius=3, mode=mode, cval=CVAL, backend="triton")
         check(y, tf.gaussian_filter(x, 1.0, radius=3, mode=mode, cval=CVAL, backend="reference"), 1e-12, mode)
@@ -326,7 +335,7 @@ def test_nan_and_inf_inputs(T, name):
     i = list(OPS).index(name)
     mode = BASE_MODES[i % 5]
     x = _special((1, 7, 9), seed=i)
-    kernel = "fwd" if (name, mode) in GENERAL else "rows"
+    kernel = kernel_of(name, mode, x.dtype)
     with ran(T, kernel):
         y = run(name, x, "triton", mode)
     yr = run(name, x, "reference", mode)

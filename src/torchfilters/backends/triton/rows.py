@@ -45,8 +45,10 @@ from .prims import _any, _atan2, _fold, _mag_bad, _mag_scaled, _sqrt
 
 #: the largest reach of a pass along the columns / rows handled here
 _MAX_REACH = 8
-#: rows a strip may have at most (the unrolled row loop)
+#: rows a strip may have at most (the unrolled row loop), for reaches up to 2 rows and beyond
+#: (a tall strip halves the share of halo rows, which a long vertical pass makes costly)
 _MAX_BH = 16
+_MAX_BH_LONG = 32
 
 # epilogues (as the footprint kernels': stack, magnitude, direction, selective-blur blend)
 _STACK, _MAG, _DIR, _BLEND = 0, 1, 2, 3
@@ -204,7 +206,7 @@ def _h_first(row, rin, ST: tl.constexpr, LX: tl.constexpr, VEC: tl.constexpr, cv
 def _to_out(y, OT: tl.constexpr, INTERP: tl.constexpr):
     """``y`` (the compute dtype) in the output dtype, float32 to bfloat16 rounded to nearest even
     as torch rounds: the GPU's ``cvt.rn``; in the interpreter (whose cast truncates) integer
-    arithmetic with torch's NaN (0x7FC0)."""
+    arithmetic, NaN as a quiet NaN (the payload bits are not torch's: NaN is NaN)."""
     if OT == tl.bfloat16 and y.dtype == tl.float32 and INTERP:
         b = y.to(tl.uint32, bitcast=True)
         r = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
@@ -393,7 +395,7 @@ def _pass_const(p):
     return (p.axis, kind, tuple(o for o, _ in ent), tuple(w for _, w in ent), len(ent))
 
 
-def _stencil_const(st, mode):
+def _stencil_const(st, mode, f64):
     """``(order, pass 1, pass 2[, first, last])`` (see :func:`_stencil_row`; the columns are
     relative to the chunk, :func:`_with_columns` makes them indices), or None."""
     if st.kind != "sep":
@@ -410,8 +412,8 @@ def _stencil_const(st, mode):
     a, b = passes
     if a.axis == -2:  # vertical first: its rows are kept at every column the second pass reads
         reach = max(abs(b.lo), abs(b.lo + len(b.taps) - 1))
-        if reach > 2 and mode == "constant":
-            return None
+        if reach > 2 and (mode == "constant" or f64):
+            return None  # (float64 keeps SciPy's order of passes, and so its bits)
         if reach > 2:  # (register pressure) the same sum with the passes swapped: ~1 ulp apart
             a, b = b, a
             return (3, _pass_const(a), _pass_const(b))
@@ -487,7 +489,7 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
     hit = _CACHE.get((key, vec))
     if hit is not None:
         return _fits(hit, NP)
-    consts = [_stencil_const(st, spec.mode) for st in stencils]
+    consts = [_stencil_const(st, spec.mode, dtype == torch.float64) for st in stencils]
     if any(c is None for c in consts):
         return None
     lx, hx, ly, hy = _reach(consts)
@@ -495,7 +497,7 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
         return None
     consts = [_with_columns(c, lx, vec) for c in consts]
     # rows per strip: the plane height split evenly into strips of at most _MAX_BH rows
-    n_strips = -(-H // _MAX_BH)
+    n_strips = -(-H // (_MAX_BH if ly + hy <= 4 else _MAX_BH_LONG))
     BH = -(-H // n_strips)
     n_chunks = -(-W // vec)
     NQ = min(_np2(n_chunks), 32)
