@@ -199,14 +199,17 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
         _check_out(out, shape, x.dtype, x.device, (x,))
     H, W = x.shape[-2:]
     NP = x.numel() // max(1, H * W)
-    plan = _lower(spec, H, W, NP, x.dtype, x.device, None) if x.numel() else None
     if x.numel() == 0:
         return _result(out, shape, x)
-    if plan is None or not _safe_offsets(x, out):
+    if not _safe_offsets(x, out):
         return _fallback("filter_forward", x, spec, out=out)
     y = _result(out, shape, x)
-    if not _rows_forward(x, None, y, spec, NP, H, W, spec.cval, 0.0, (0, 0, 0, 0), False):
-        _launch_fwd(plan, x, None, None, y, _EPILOGUES[spec.epilogue], False, NP, H, W)
+    if _rows_forward(x, None, y, spec, NP, H, W, spec.cval, 0.0, (0, 0, 0, 0), False):
+        return y  # (no device table, nothing but the output allocated)
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, None)
+    if plan is None:
+        return _fallback("filter_forward", x, spec, out=out)
+    _launch_fwd(plan, x, None, None, y, _EPILOGUES[spec.epilogue], False, NP, H, W)
     return y
 
 def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
@@ -238,14 +241,18 @@ def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
     NP = x.numel() // max(1, H * W)
     if x.numel() == 0:
         return _result(out, x.shape, x)
-    plan = _lower(spec, H, W, NP, x.dtype, x.device, _threshold(threshold, mask, x.dtype))
-    if plan is None or not _safe_offsets(x, mask, out):
+    if not _safe_offsets(x, mask, out):
         return _fallback("blur_forward", x, mask, spec, threshold, out=out)
-    mask = _mask(mask, x)
-    y = _result(out, x.shape, x)
     thr = _threshold(threshold, mask, x.dtype)
-    if spec.normalized or not _rows_forward(x, mask, y, spec, NP, H, W, spec.cval, thr, plan.ext, spec.keep_border):
-        _launch_fwd(plan, x, mask, None, y, _NORM if spec.normalized else _BLEND, spec.keep_border, NP, H, W)
+    m = _mask(mask, x)
+    y = _result(out, x.shape, x)
+    ext = spec.stencil.extent(-2) + spec.stencil.extent(-1)  # the kept border's (as the plan's)
+    if not spec.normalized and _rows_forward(x, m, y, spec, NP, H, W, spec.cval, thr, ext, spec.keep_border):
+        return y
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, thr)
+    if plan is None:
+        return _fallback("blur_forward", x, mask, spec, threshold, out=out)
+    _launch_fwd(plan, x, m, None, y, _NORM if spec.normalized else _BLEND, spec.keep_border, NP, H, W)
     return y
 
 def _blur_backward_planes(grad, x, mask, spec: BlurSpec, threshold: float, out=None):

@@ -192,6 +192,9 @@ def _tiling(H, W, NP, elems):
     return BP, BH, BW, -(-H // BH), -(-W // BW), warps
 
 _PLANS: dict = {}
+#: the device tables of evicted plans, kept alive: a CUDA graph captured with a plan's launch
+#: still reads them (a few hundred bytes each; the row kernel has no tables at all)
+_RETIRED: list = []
 
 def _lower(spec, H, W, NP, dtype, device, threshold):
     """Build (and cache) the launch plan of ``spec`` on ``NP`` planes of ``H x W``."""
@@ -307,5 +310,6 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
                  recompute=NT <= _RECOMPUTE_MAX)
     _PLANS[key] = plan
     if len(_PLANS) > 512:
-        _PLANS.pop(next(iter(_PLANS)))
+        old = _PLANS.pop(next(iter(_PLANS)))
+        _RETIRED.append((old.ip, old.fp))
     return plan

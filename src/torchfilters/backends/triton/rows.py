@@ -443,6 +443,11 @@ def _reach(consts):
     return lx, hx, ly, hy
 
 
+def strip_rows(ly, hy):
+    """The most rows a strip has, for passes reaching ``ly`` rows up and ``hy`` down."""
+    return _MAX_BH if ly + hy <= 4 else _MAX_BH_LONG
+
+
 def _single(n, lo, hi, mode):
     if mode in ("nearest", "constant"):
         return True
@@ -496,8 +501,8 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
     if max(lx, hx, ly, hy) > _MAX_REACH:
         return None
     consts = [_with_columns(c, lx, vec) for c in consts]
-    # rows per strip: the plane height split evenly into strips of at most _MAX_BH rows
-    n_strips = -(-H // (_MAX_BH if ly + hy <= 4 else _MAX_BH_LONG))
+    # rows per strip: the plane height split evenly into strips of at most strip_rows()
+    n_strips = -(-H // strip_rows(ly, hy))
     BH = -(-H // n_strips)
     n_chunks = -(-W // vec)
     NQ = min(_np2(n_chunks), 32)
