@@ -253,20 +253,23 @@ def test_packed_planes_partial_last_group(T, plans):
     assert plans[0][0].ce["VEC"] == 4
 
 
-def test_strips_of_a_tall_plane(T, plans):
-    """Tall planes are cut into strips of equal height, at most ``rows.strip_rows()`` rows (e.g.
-    for 16: 28 = 2 x 14, 33 = 3 x 11, 17 = 2 x 9 with the last strip one row short; 32 for passes
-    reaching further); the vertical halo crosses strip boundaries."""
-    for H, mode in ((28, "reflect"), (33, "constant"), (17, "mirror"), (40, "wrap"), (70, "nearest")):
+def test_strips_of_a_tall_plane(T, plans, monkeypatch):
+    """Planes of up to ``rows._MAX_BH`` rows are one strip; taller ones are cut into strips of
+    equal height (the last one shorter), at most ``rows.strip_rows(H)`` rows; the vertical halo
+    crosses strip boundaries.  (The limits are shrunk here so that small planes have strips.)"""
+    monkeypatch.setattr(T._rows, "_MAX_BH", 16)
+    monkeypatch.setattr(T._rows, "_MAX_BH_TALL", 8)
+    T._rows._CACHE.clear()
+    for H, mode in ((28, "reflect"), (33, "constant"), (17, "mirror"), (40, "wrap"), (70, "nearest"), (9, "wrap")):
         for name in ("gaussian_filter1d-y", "gradient-sobel"):
             plans.clear()
             x = rand(2, H, 6, seed=H)
             check_op(T, name, x, mode)
             kp = plans[0][0]
-            n = -(-H // T._rows.strip_rows(kp.ce["LY"], kp.ce["HY"]))
+            n = -(-H // T._rows.strip_rows(H))
             assert kp.n_strips == n and kp.BH == -(-H // n), kp
-            if H > 32:
-                assert n > 1
+            assert (n > 1) == (H > 16)
+    T._rows._CACHE.clear()
 
 
 def test_broadcast_and_sliced_leading_dims(T):

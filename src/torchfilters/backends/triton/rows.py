@@ -5,7 +5,8 @@ their magnitude or direction, Gaussian blur and its derivatives, selective blur 
 separable blur) when the input's rows are contiguous and their starts aligned:
 
 * **Tiles.**  The planes are stacked into one tall image and cut into *strips* of ``BH`` rows
-  (``BH`` divides the plane height evenly, so a 28-row plane is two strips of 14).  A program
+  (a plane of up to 64 rows is one strip; taller ones are cut evenly into strips of at most 32
+  rows).  A program
   owns ``BP`` strips (several small planes at once: full lanes) and ``NQ`` chunks of ``VEC``
   columns.  ``VEC`` is the widest vector (up to 16 bytes) that the row starts are aligned to, so
   each chunk is one ``LDG.128`` / ``LDG.64``; the host checks the alignment and passes the
@@ -14,8 +15,9 @@ separable blur) when the input's rows are contiguous and their starts aligned:
   row is loaded once: its chunk, plus the ``LX``/``HX`` columns left and right of the chunk
   (folded columns: they are computed once per program).  The horizontal pass runs on the
   thread's registers (``tl.split``/``tl.join`` of the in-thread vector cost nothing); the
-  vertical pass on the last ``LY + HY + 1`` rows, which stay in registers.  Row folding is per
-  strip, not per element.
+  vertical pass on a window of the last ``LY + HY + 1`` rows, which slides down the strip in
+  registers (a runtime loop: the kernel's size does not grow with the strip).  Row folding is
+  per strip, not per element.
 * **Constants.**  Taps, offsets, the summation order, modes and the epilogue are constexprs
   (the spec is already a constant): no weight table is loaded, no parameter table is uploaded
   per call, so a launch allocates nothing but its output (safe under CUDA-graph capture).
@@ -45,10 +47,13 @@ from .prims import _any, _atan2, _fold, _mag_bad, _mag_scaled, _sqrt
 
 #: the largest reach of a pass along the columns / rows handled here
 _MAX_REACH = 8
-#: rows a strip may have at most (the unrolled row loop), for reaches up to 2 rows and beyond
-#: (a tall strip halves the share of halo rows, which a long vertical pass makes costly)
-_MAX_BH = 16
-_MAX_BH_LONG = 32
+#: rows a strip has at most: a whole plane up to _MAX_BH rows, else strips of _MAX_BH_TALL (a
+#: tall strip keeps the halo rows' share small; more strips keep a large image's programs many)
+_MAX_BH = 64
+_MAX_BH_TALL = 32
+#: windows of up to this many rows advance that many rows a loop step (the window turns over
+#: without register copies); longer ones a row a step (their unrolled bodies compile slowly)
+_UNROLL_ROWS = 3
 
 # epilogues (as the footprint kernels': stack, magnitude, direction, selective-blur blend)
 _STACK, _MAG, _DIR, _BLEND = 0, 1, 2, 3
@@ -234,57 +239,83 @@ def _root(sq, F64: tl.constexpr, INTERP: tl.constexpr):
 
 
 @triton.jit
-def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0, cok, cols, fl, fr, okx,
+def _drop(t):
+    """``t`` without its first element (the window's oldest row)."""
+    out = ()
+    for k in tl.static_range(1, len(t)):
+        out = out + (t[k],)
+    return out
+
+
+@triton.jit
+def _load_row(x_ptr, xb, x_sh, r, sok, cols, cok, fl, fr, okx, H, cval, MODE: tl.constexpr, SY: tl.constexpr,
+              ACC: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, VEC: tl.constexpr):
+    """Row ``r`` of every strip (folded): the ``LX`` columns left of each chunk, its ``VEC``
+    columns (one vector load), the ``HX`` right of it; ``cval`` outside (constant mode)."""
+    rf = _fold(r, H, MODE, SY)
+    rin = (r >= 0) & (r < H)
+    ok = sok & rin if MODE == 4 else sok
+    rb = xb + rf.to(tl.int64) * (x_sh * VEC)
+    v = tl.load(x_ptr + rb[:, None, None] + cols[None, :, :], mask=ok[:, None, None] & cok[None, :, None],
+                other=0.0).to(ACC)
+    if MODE == 4:
+        v = tl.where(rin[:, None, None], v, cval)
+    mid = _split(v, VEC)
+    left = ()
+    for k in tl.static_range(LX):
+        e = tl.load(x_ptr + rb[:, None] + fl[LX - 1 - k][None, :], mask=ok[:, None] & cok[None, :],
+                    other=0.0).to(ACC)
+        if MODE == 4:
+            e = tl.where(rin[:, None] & okx[LX - 1 - k][None, :], e, cval)
+        left = left + (e,)
+    right = ()
+    for k in tl.static_range(HX):
+        e = tl.load(x_ptr + rb[:, None] + fr[k][None, :], mask=ok[:, None] & cok[None, :], other=0.0).to(ACC)
+        if MODE == 4:
+            e = tl.where(rin[:, None] & okx[LX + k][None, :], e, cval)
+        right = right + (e,)
+    return left + mid + right, rin
+
+
+@triton.jit
+def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH, c0, cok, cols, fl, fr, okx,
            H, W, cval, thr, by0, by1, bx0, bx1,
            MODE: tl.constexpr, SY: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr, EPI: tl.constexpr,
            K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, HAS_MASK: tl.constexpr,
            KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr, HY: tl.constexpr,
-           BH: tl.constexpr, VEC: tl.constexpr, INTERP: tl.constexpr, RESCUE: tl.constexpr):
-    """The strips' rows, top halo to bottom halo; stores every output row as soon as its rows
-    are in.  Returns where the magnitude's sum of squares over/underflowed; with ``RESCUE``
-    (a second sweep, rare) stores the rescaled magnitude there instead."""
+           VEC: tl.constexpr, UNR: tl.constexpr, INTERP: tl.constexpr, RESCUE: tl.constexpr):
+    """The strips' ``BH`` rows: a window of the last ``LY + HY + 1`` rows slides down (a loop
+    with the window in registers; the halo above is loaded first), and each output row is
+    stored as soon as its rows are in.  Returns where the magnitude's sum of squares left the
+    root's range; with ``RESCUE`` (a second sweep, rare) stores the exact magnitude there."""
     OT: tl.constexpr = o_ptr.dtype.element_ty
-    hist = ()
-    hh0 = ()
-    hh1 = ()
-    bad_any = (cols < 0)[None, :, :] & sok[:, None, None]  # all false, the tile's shape
-    for i in tl.static_range(-LY, BH + HY):
-        r = r0 + i
-        rf = _fold(r, H, MODE, SY)
-        rin = (r >= 0) & (r < H)
-        ok = sok & rin if MODE == 4 else sok
-        rb = xb + rf.to(tl.int64) * (x_sh * VEC)
-        v = tl.load(x_ptr + rb[:, None, None] + cols[None, :, :], mask=ok[:, None, None] & cok[None, :, None],
-                    other=0.0).to(ACC)
-        if MODE == 4:
-            v = tl.where(rin[:, None, None], v, cval)
-        mid = _split(v, VEC)
-        left = ()
-        for k in tl.static_range(LX):
-            e = tl.load(x_ptr + rb[:, None] + fl[LX - 1 - k][None, :], mask=ok[:, None] & cok[None, :],
-                        other=0.0).to(ACC)
-            if MODE == 4:
-                e = tl.where(rin[:, None] & okx[LX - 1 - k][None, :], e, cval)
-            left = left + (e,)
-        right = ()
-        for k in tl.static_range(HX):
-            e = tl.load(x_ptr + rb[:, None] + fr[k][None, :], mask=ok[:, None] & cok[None, :], other=0.0).to(ACC)
-            if MODE == 4:
-                e = tl.where(rin[:, None] & okx[LX + k][None, :], e, cval)
-            right = right + (e,)
-        row = left + mid + right
-        hist = hist + (row,)
-        hh0 = hh0 + (_h_first(row, rin, S0, LX, VEC, cval, MODE, ACC),)
+    win = ()
+    hw0 = ()
+    hw1 = ()
+    for i in tl.static_range(-LY, HY):
+        row, rin = _load_row(x_ptr, xb, x_sh, r0 + i, sok, cols, cok, fl, fr, okx, H, cval, MODE, SY, ACC, LX,
+                             HX, VEC)
+        win = win + (row,)
+        hw0 = hw0 + (_h_first(row, rin, S0, LX, VEC, cval, MODE, ACC),)
         if K == 2:
-            hh1 = hh1 + (_h_first(row, rin, S1, LX, VEC, cval, MODE, ACC),)
-        if i >= HY:  # every row that output row i - HY reads is in: that output row
-            y0 = _join(_stencil_row(hist, hh0, i - HY, S0, LX, HX, LY, VEC, okx, cval, MODE, ACC), VEC)
+            hw1 = hw1 + (_h_first(row, rin, S1, LX, VEC, cval, MODE, ACC),)
+    bad_any = (cols < 0)[None, :, :] & sok[:, None, None]  # all false, the tile's shape
+    for o0 in range(0, BH, UNR):  # UNR rows a step: the window turns over without copies
+        for u in tl.static_range(UNR):
+            o = o0 + u
+            row, rin = _load_row(x_ptr, xb, x_sh, r0 + o + HY, sok, cols, cok, fl, fr, okx, H, cval, MODE, SY, ACC,
+                                 LX, HX, VEC)
+            full = win + (row,)  # rows o - LY .. o + HY
+            h0 = hw0 + (_h_first(row, rin, S0, LX, VEC, cval, MODE, ACC),)
+            y0 = _join(_stencil_row(full, h0, 0, S0, LX, HX, LY, VEC, okx, cval, MODE, ACC), VEC)
             if K == 2:
-                y1 = _join(_stencil_row(hist, hh1, i - HY, S1, LX, HX, LY, VEC, okx, cval, MODE, ACC), VEC)
+                h1 = hw1 + (_h_first(row, rin, S1, LX, VEC, cval, MODE, ACC),)
+                y1 = _join(_stencil_row(full, h1, 0, S1, LX, HX, LY, VEC, okx, cval, MODE, ACC), VEC)
+                hw1 = _drop(h1)
             else:
                 y1 = y0
-            ro = r0 + (i - HY)
-            smask = (sok & (ro < H))[:, None, None] & cok[None, :, None]
+            ro = r0 + o
+            smask = (sok & (ro < H) & (ro < r0 + BH))[:, None, None] & cok[None, :, None]
             optr = o_ptr + (ob + ro.to(tl.int64) * (o_sh * VEC))[:, None, None] + cols[None, :, :]
             if EPI == 0:
                 tl.store(optr, _to_out(y0, OT, INTERP), mask=smask)
@@ -294,10 +325,10 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0,
                 sq = y0 * y0
                 if K == 2:
                     sq += y1 * y1
-                # outside _root's range: overflow (inf), or below 2**-100 while a component is
-                # not 0 (an exact 0 stays on the fast path)
+                # outside _root's range: overflow (inf), or below 2**-100 while a component is not 0
+                # (an exact 0 stays on the fast path)
                 if F64:
-                    low = 1.0020841800044864e-292  # (2**-970: sqrt never leaves the fast path)
+                    low = 1.0020841800044864e-292  # (2**-970: any bound at or above DBL_MIN is exact)
                 else:
                     low = 7.888609052210118e-31
                 edge = (sq == float("inf")) | ((sq < low) & ((tl.abs(y0) + tl.abs(y1)) > 0))
@@ -312,7 +343,7 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0,
             elif EPI == 2:
                 tl.store(optr, _to_out(_atan2(y0, y1, F64), OT, INTERP), mask=smask)
             else:  # selective blur: blur where selected (and outside a kept border), else x
-                xv = _join(_mid(hist[i - HY + LY], LX, VEC), VEC)
+                xv = _join(_mid(full[LY], LX, VEC), VEC)
                 if HAS_MASK:
                     mptr = m_ptr + (mb + ro.to(tl.int64) * (m_sh * VEC))[:, None, None] + cols[None, :, :]
                     w = tl.load(mptr, mask=smask, other=0) != 0
@@ -323,6 +354,8 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0,
                     ck = (cols + bx0 >= 0) & (cols + bx1 <= W - 1)
                     w = w & rk[:, None, None] & ck[None, :, :]
                 tl.store(optr, _to_out(tl.where(w, y0, xv), OT, INTERP), mask=smask)
+            win = _drop(full)
+            hw0 = _drop(h0)
     return bad_any
 
 
@@ -331,11 +364,11 @@ def _rows_kernel(
     x_ptr, x_ni, x_so, x_si, x_sh,
     m_ptr, m_ni, m_so, m_si, m_sh,
     o_ptr, o_ni, o_so, o_si, o_sh, o_sk,
-    NS, n_strips, n_tq, H, W, cval, thr, by0, by1, bx0, bx1,
+    NS, n_strips, n_tq, BH, H, W, cval, thr, by0, by1, bx0, bx1,
     MODE: tl.constexpr, SY: tl.constexpr, SX: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr,
     EPI: tl.constexpr, K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr, HY: tl.constexpr,
-    BP: tl.constexpr, BH: tl.constexpr, NQ: tl.constexpr, VEC: tl.constexpr, INTERP: tl.constexpr,
+    BP: tl.constexpr, NQ: tl.constexpr, VEC: tl.constexpr, UNR: tl.constexpr, INTERP: tl.constexpr,
 ):
     """``BP`` strips of ``BH`` rows by ``NQ`` chunks of ``VEC`` columns (strides in ``VEC`` units)."""
     # ids in int32 (the host checks that they fit), offsets in int64
@@ -362,14 +395,14 @@ def _rows_kernel(
     for k in tl.static_range(1, HX + 1):
         fr = fr + (_fold(c0 + VEC - 1 + k, W, MODE, SX),)
         okx = okx + (c0 + VEC - 1 + k < W,)
-    bad = _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0, cok, cols, fl, fr, okx,
-                 H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
-                 KEEP_BORDER, LX, HX, LY, HY, BH, VEC, INTERP, False)
+    bad = _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH, c0, cok, cols, fl, fr,
+                 okx, H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
+                 KEEP_BORDER, LX, HX, LY, HY, VEC, UNR, INTERP, False)
     if EPI == 1:
         if _any(bad):  # the magnitude over/underflowed somewhere in the tile: rescale there
-            _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, c0, cok, cols, fl, fr, okx,
-                   H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
-                   KEEP_BORDER, LX, HX, LY, HY, BH, VEC, INTERP, True)
+            _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH, c0, cok, cols, fl, fr,
+                   okx, H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
+                   KEEP_BORDER, LX, HX, LY, HY, VEC, UNR, INTERP, True)
 
 
 # ============================================================================ host side
@@ -443,9 +476,9 @@ def _reach(consts):
     return lx, hx, ly, hy
 
 
-def strip_rows(ly, hy):
-    """The most rows a strip has, for passes reaching ``ly`` rows up and ``hy`` down."""
-    return _MAX_BH if ly + hy <= 4 else _MAX_BH_LONG
+def strip_rows(H):
+    """The most rows a strip of a plane of ``H`` rows has (the strips are then made even)."""
+    return H if H <= _MAX_BH else _MAX_BH_TALL
 
 
 def _single(n, lo, hi, mode):
@@ -502,7 +535,7 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
         return None
     consts = [_with_columns(c, lx, vec) for c in consts]
     # rows per strip: the plane height split evenly into strips of at most strip_rows()
-    n_strips = -(-H // strip_rows(ly, hy))
+    n_strips = -(-H // strip_rows(H))
     BH = -(-H // n_strips)
     n_chunks = -(-W // vec)
     NQ = min(_np2(n_chunks), 32)
@@ -514,7 +547,7 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
         MODE={"reflect": 0, "mirror": 1, "nearest": 2, "wrap": 3, "constant": 4}[spec.mode],
         SY=_single(H, ly, hy, spec.mode), SX=_single(W, lx, hx, spec.mode), ACC=acc, F64=dtype == torch.float64,
         EPI=epi, K=len(consts), S0=consts[0], S1=consts[-1], LX=lx, HX=hx, LY=ly, HY=hy,
-        BP=BP, BH=BH, NQ=NQ, VEC=vec,
+        BP=BP, NQ=NQ, VEC=vec, UNR=ly + hy + 1 if ly + hy + 1 <= _UNROLL_ROWS else 1,
     )
     p = RowsPlan(ce, BP, BH, NQ, n_strips, -(-n_chunks // NQ), warps)
     if len(_CACHE) > 512:
@@ -558,7 +591,8 @@ def launch(kernel_plan, x, mask, out, NP, H, W, cval, thr, ext, keep_border, k_s
     by0, by1, bx0, bx1 = ext
     _rows_kernel[grid](
         x, *div(xs), mask if mask is not None else x, *div(ms), out, *div(os_), int(k_stride) // vec,
-        NP * kernel_plan.n_strips, kernel_plan.n_strips, kernel_plan.n_tq, H, W, float(cval), float(thr),
+        NP * kernel_plan.n_strips, kernel_plan.n_strips, kernel_plan.n_tq, kernel_plan.BH, H, W, float(cval),
+        float(thr),
         by0, by1, bx0, bx1, **ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border,
         INTERP=type(_rows_kernel).__name__ == "InterpretedFunction",
         num_warps=kernel_plan.warps, enable_fp_fusion=False,
