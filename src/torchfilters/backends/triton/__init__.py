@@ -169,8 +169,8 @@ def _rows_forward(x, mask, y, spec, NP, H, W, cval, thr, ext, keep_border) -> bo
     yp = y
     if isinstance(spec, FilterSpec) and spec.epilogue == "stack" and len(spec.stencils) == 2:
         k_stride, yp = y.stride(-3), y.select(-3, 0)
-    parts = [_rows._strided(t) if t is not None else None
-             for t in (x, yp, mask.view(torch.uint8) if mask is not None else None)]
+    m8 = mask.view(torch.uint8) if mask is not None else None
+    parts = [_rows._strided(t) if t is not None else None for t in (x, yp, m8)]
     if parts[0] is None or parts[1] is None or (mask is not None and parts[2] is None):
         return False
     strides = [v for part in parts if part is not None for v in part[1:]] + [k_stride]
@@ -178,8 +178,7 @@ def _rows_forward(x, mask, y, spec, NP, H, W, cval, thr, ext, keep_border) -> bo
     if kp is None:
         return False
     with _device(x):
-        _rows.launch(kp, x, mask.view(torch.uint8) if mask is not None else None, yp, NP, H, W, cval, thr, ext,
-                     keep_border, k_stride)
+        _rows.launch(kp, x, m8, yp, NP, H, W, cval, thr, ext, keep_border, k_stride)
     LAUNCHES["rows"] += 1
     return True
 

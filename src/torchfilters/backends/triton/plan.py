@@ -40,6 +40,16 @@ def set_tile_limits(max_bw=None, max_elems=None, max_bp=None, bwd_elems=None):
     _PLANS.clear()
     return old
 
+def single_fold(n, before, after, mode) -> bool:
+    """Whether every position up to ``before`` samples before an axis of ``n`` and ``after``
+    past it is within one reflection of it (``_fold``'s cheap ``SINGLE`` form applies)."""
+    if mode in ("nearest", "constant"):
+        return True
+    if mode == "mirror":
+        return n >= 2 and before <= n - 1 and after <= n - 1
+    return before <= n and after <= n
+
+
 def _np2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
@@ -266,14 +276,7 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
 
     lo_y, hi_y, lo_x, hi_x = min(dys), max(dys), min(dxs), max(dxs)
 
-    def single(n, lo, hi):
-        if mode in ("nearest", "constant"):
-            return True
-        if mode == "mirror":
-            return n >= 2 and -lo <= n - 1 and hi <= n - 1
-        return -lo <= n and hi <= n
-
-    SINGLE = single(H, lo_y, hi_y) and single(W, lo_x, hi_x)
+    SINGLE = single_fold(H, -lo_y, hi_y, mode) and single_fold(W, -lo_x, hi_x, mode)
     sy = _slots(H, min(dys2), max(dys2), mode)  # preimages of the adjoint footprint
     sx = _slots(W, min(dxs2), max(dxs2), mode)
 

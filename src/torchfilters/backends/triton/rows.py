@@ -43,6 +43,7 @@ import triton.language as tl
 
 from ..._spec import BlurSpec, FilterSpec
 from .._lowering import lower, pass_entries
+from .plan import _MODES, _np2, single_fold
 from .prims import _any, _atan2, _fold, _mag_bad, _mag_scaled, _sqrt
 
 #: the largest reach of a pass along the columns / rows handled here
@@ -418,10 +419,6 @@ class RowsPlan(NamedTuple):
     warps: int
 
 
-def _np2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 def _pass_const(p):
     """``(axis, kind, offsets, weights)`` of a pass as :func:`_pass` reads it."""
     kind, ent = pass_entries(p)
@@ -481,14 +478,6 @@ def strip_rows(H):
     return H if H <= _MAX_BH else _MAX_BH_TALL
 
 
-def _single(n, lo, hi, mode):
-    if mode in ("nearest", "constant"):
-        return True
-    if mode == "mirror":
-        return n >= 2 and lo <= n - 1 and hi <= n - 1
-    return lo <= n and hi <= n
-
-
 def _vec(elsize, *values):
     """The widest vector (elements, at most 16 bytes) that every value is a multiple of."""
     v = 16 // elsize
@@ -544,8 +533,9 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
     warps = max(1, min(4, BP * NQ // 32))
     acc = tl.float64 if dtype == torch.float64 else tl.float32
     ce = dict(
-        MODE={"reflect": 0, "mirror": 1, "nearest": 2, "wrap": 3, "constant": 4}[spec.mode],
-        SY=_single(H, ly, hy, spec.mode), SX=_single(W, lx, hx, spec.mode), ACC=acc, F64=dtype == torch.float64,
+        MODE=_MODES[spec.mode],
+        SY=single_fold(H, ly, hy, spec.mode), SX=single_fold(W, lx, hx, spec.mode),
+        ACC=acc, F64=dtype == torch.float64,
         EPI=epi, K=len(consts), S0=consts[0], S1=consts[-1], LX=lx, HX=hx, LY=ly, HY=hy,
         BP=BP, NQ=NQ, VEC=vec, UNR=ly + hy + 1 if ly + hy + 1 <= _UNROLL_ROWS else 1,
     )
@@ -597,9 +587,3 @@ def launch(kernel_plan, x, mask, out, NP, H, W, cval, thr, ext, keep_border, k_s
         INTERP=type(_rows_kernel).__name__ == "InterpretedFunction",
         num_warps=kernel_plan.warps, enable_fp_fusion=False,
     )
-
-
-def usable(*tensors_and_strides):
-    """Whether every tensor has contiguous, vector-aligned rows: ``(tensor, elsize)`` pairs."""
-    return all(t is None or _strided(t) is not None for t in tensors_and_strides)
-
