@@ -33,6 +33,7 @@ from .. import reference as _ref
 from .._layout import collapse_planes
 from .._planar import adapt as _adapt
 from . import rows as _rows
+from . import rows_bwd as _rows_bwd
 from .footprint import _bwd_kernel, _fwd_kernel
 from .plan import (_BLEND, _DIR, _EPILOGUES, _MAG, _NORM, _PLANS, _STACK, _TILE, _U_DIR, _U_MAG, _U_NORM,  # noqa: F401
                    _lower, _np2, _slots, set_tile_limits)
@@ -165,22 +166,54 @@ def _rows_forward(x, mask, y, spec, NP, H, W, cval, thr, ext, keep_border) -> bo
     spec of small reach); False when the general footprint kernel must run instead."""
     if not ROWS:
         return False
-    k_stride = 0
-    yp = y
-    if isinstance(spec, FilterSpec) and spec.epilogue == "stack" and len(spec.stencils) == 2:
-        k_stride, yp = y.stride(-3), y.select(-3, 0)
+    k_stride, yp = _stacked(spec, y)
     m8 = mask.view(torch.uint8) if mask is not None else None
-    parts = [_rows._strided(t) if t is not None else None for t in (x, yp, m8)]
-    if parts[0] is None or parts[1] is None or (mask is not None and parts[2] is None):
-        return False
-    strides = [v for part in parts if part is not None for v in part[1:]] + [k_stride]
-    kp = _rows.plan(spec, H, W, NP, x.dtype, strides, thr)
+    strides = _row_strides(x, yp, m8)
+    kp = _rows.plan(spec, H, W, NP, x.dtype, strides + [k_stride], thr) if strides is not None else None
     if kp is None:
         return False
     with _device(x):
         _rows.launch(kp, x, m8, yp, NP, H, W, cval, thr, ext, keep_border, k_stride)
     LAUNCHES["rows"] += 1
     return True
+
+
+def _rows_backward(grad, x, mask, gin, spec, NP, H, W, cval, thr, ext, keep_border) -> bool:
+    """The fused backward of :mod:`.rows_bwd` if it fits (as :func:`_rows_forward`, and reach
+    at most 3 on planes of at least ``2 * reach + 2``); False when the general one must run."""
+    if not ROWS:
+        return False
+    k_stride, gp = _stacked(spec, grad)
+    m8 = mask.view(torch.uint8) if mask is not None else None
+    strides = _row_strides(x, gp, gin, m8)
+    kp = _rows_bwd.plan(spec, H, W, NP, x.dtype, strides + [k_stride]) if strides is not None else None
+    if kp is None:
+        return False
+    with _device(x):
+        _rows_bwd.launch(kp, x, m8, gp, gin, NP, H, W, cval, thr, ext, keep_border, k_stride)
+    LAUNCHES["rows_bwd"] += 1
+    return True
+
+
+def _stacked(spec, t):
+    """``(stride, plane 0)`` of the stacked stencil axis of a two-stencil gradient, else ``(0, t)``."""
+    if isinstance(spec, FilterSpec) and spec.epilogue == "stack" and len(spec.stencils) == 2:
+        return t.stride(-3), t.select(-3, 0)
+    return 0, t
+
+
+def _row_strides(*ts):
+    """Every plane stride and row stride of ``ts`` (None entries skipped), or None when one has
+    rows that are not contiguous."""
+    out = []
+    for t in ts:
+        if t is None:
+            continue
+        part = _rows._strided(t)
+        if part is None:
+            return None
+        out += list(part[1:])
+    return out
 
 
 def _device(x):
@@ -218,12 +251,16 @@ def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
     NP = x.numel() // max(1, H * W)
     if x.numel() == 0:
         return _result(out, x.shape, x)
-    plan = _lower(spec, H, W, NP, x.dtype, x.device, None)
-    if plan is None or not _safe_offsets(x, grad, out):
+    if not _safe_offsets(x, grad, out):
         return _fallback("filter_backward", grad, x, spec, out=out)
     if grad.shape != spec.out_shape(x.shape):
         grad = grad.expand(spec.out_shape(x.shape))
     gin = _result(out, x.shape, x)
+    if _rows_backward(grad, x, None, gin, spec, NP, H, W, spec.cval, 0.0, (0, 0, 0, 0), False):
+        return gin  # (no device table, nothing but the result allocated)
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, None)
+    if plan is None:
+        return _fallback("filter_backward", grad, x, spec, out=out)
     epi = _EPILOGUES[spec.epilogue]
     u = None
     if epi != _STACK and not plan.recompute:
@@ -261,12 +298,20 @@ def _blur_backward_planes(grad, x, mask, spec: BlurSpec, threshold: float, out=N
     NP = x.numel() // max(1, H * W)
     if x.numel() == 0:
         return _result(out, x.shape, x)
-    plan = _lower(spec, H, W, NP, x.dtype, x.device, _threshold(threshold, mask, x.dtype))
-    if plan is None or not _safe_offsets(x, grad, mask, out):
+    if not _safe_offsets(x, grad, mask, out):
         return _fallback("blur_backward", grad, x, mask, spec, threshold, out=out)
-    mask = _mask(mask, x)
+    thr = _threshold(threshold, mask, x.dtype)
+    m = _mask(mask, x)
     grad = grad.expand(x.shape)
     gin = _result(out, x.shape, x)
+    ext = spec.stencil.extent(-2) + spec.stencil.extent(-1)
+    if not spec.normalized and _rows_backward(grad, x, m, gin, spec, NP, H, W, spec.cval, thr, ext,
+                                              spec.keep_border):
+        return gin
+    plan = _lower(spec, H, W, NP, x.dtype, x.device, thr)
+    if plan is None:
+        return _fallback("blur_backward", grad, x, mask, spec, threshold, out=out)
+    mask = m
     u = None
     if spec.normalized and not plan.recompute:
         u = torch.empty((NP, 1, H, W), dtype=compute_dtype(x.dtype), device=x.device)
