@@ -56,37 +56,46 @@ _MAX_REACH = 3
 
 
 @triton.jit
+def _ring_sum(u, TM: tl.constexpr, ACC: tl.constexpr):
+    """``sum w * u[slot]`` over the ``((slot, w), ...)`` of one ring target (``u`` a tuple)."""
+    z = u[TM[0][0]] * tl.full((), TM[0][1], ACC)
+    for i in tl.static_range(1, len(TM)):
+        z = z + u[TM[i][0]] * tl.full((), TM[i][1], ACC)
+    return z
+
+
+@triton.jit
 def _hadj(u, TP: tl.constexpr, HX: tl.constexpr, VEC: tl.constexpr, left, right, ACC: tl.constexpr):
     """The horizontal adjoint pass at the chunk's ``VEC`` columns of one ``u`` row (``u[i]`` is
     column ``c0 - HX + i``).  ``TP = (has, offsets, weights, left ring, right ring)``; a ring is
     ``((target, ((index, weight), ...)), ...)``, added where the chunk starts (ends) the row."""
+    OFF: tl.constexpr = TP[1]
+    WS: tl.constexpr = TP[2]
+    LR: tl.constexpr = TP[3]
+    RR: tl.constexpr = TP[4]
     out = ()
     for k in tl.static_range(VEC):
         if TP[0]:
-            OFF: tl.constexpr = TP[1]
-            WS: tl.constexpr = TP[2]
             acc = u[HX + k - OFF[0]] * tl.full((), WS[0], ACC)
             for t in tl.static_range(1, len(OFF)):
                 acc = acc + u[HX + k - OFF[t]] * tl.full((), WS[t], ACC)
-            LR: tl.constexpr = TP[3]
             for e in tl.static_range(len(LR)):
                 if LR[e][0] == k:
-                    TM: tl.constexpr = LR[e][1]
-                    z = u[TM[0][0]] * tl.full((), TM[0][1], ACC)
-                    for i in tl.static_range(1, len(TM)):
-                        z = z + u[TM[i][0]] * tl.full((), TM[i][1], ACC)
-                    acc = acc + tl.where(left[None, :], z, 0.0)
-            RR: tl.constexpr = TP[4]
+                    acc = acc + tl.where(left[None, :], _ring_sum(u, LR[e][1], ACC), 0.0)
             for e in tl.static_range(len(RR)):
                 if RR[e][0] == k:
-                    TM2: tl.constexpr = RR[e][1]
-                    z = u[TM2[0][0]] * tl.full((), TM2[0][1], ACC)
-                    for i in tl.static_range(1, len(TM2)):
-                        z = z + u[TM2[i][0]] * tl.full((), TM2[i][1], ACC)
-                    acc = acc + tl.where(right[None, :], z, 0.0)
+                    acc = acc + tl.where(right[None, :], _ring_sum(u, RR[e][1], ACC), 0.0)
         else:
             acc = u[HX + k]
         out = out + (acc,)
+    return out
+
+
+@triton.jit
+def _column_of(rows, k: tl.constexpr):
+    out = ()
+    for s in tl.static_range(len(rows)):
+        out = out + (rows[s][k],)
     return out
 
 
@@ -95,28 +104,21 @@ def _vadj(rows, TP: tl.constexpr, HY: tl.constexpr, VEC: tl.constexpr, ro, H, AC
     """The vertical adjoint pass at row ``ro`` (``rows[HY]``; ``rows[s]`` is row ``ro - HY + s``),
     a ``VEC``-tuple.  ``TP = (has, offsets, weights, top ring, bottom ring)``: rings as in
     :func:`_hadj`, their targets rows ``t`` (top) and ``H - 1 - t`` (bottom) of the plane."""
+    OFF: tl.constexpr = TP[1]
+    WS: tl.constexpr = TP[2]
+    TR: tl.constexpr = TP[3]
+    BR: tl.constexpr = TP[4]
     out = ()
     for k in tl.static_range(VEC):
         if TP[0]:
-            OFF: tl.constexpr = TP[1]
-            WS: tl.constexpr = TP[2]
-            acc = rows[HY - OFF[0]][k] * tl.full((), WS[0], ACC)
+            col = _column_of(rows, k)
+            acc = col[HY - OFF[0]] * tl.full((), WS[0], ACC)
             for t in tl.static_range(1, len(OFF)):
-                acc = acc + rows[HY - OFF[t]][k] * tl.full((), WS[t], ACC)
-            TR: tl.constexpr = TP[3]
+                acc = acc + col[HY - OFF[t]] * tl.full((), WS[t], ACC)
             for e in tl.static_range(len(TR)):
-                TM: tl.constexpr = TR[e][1]
-                z = rows[TM[0][0]][k] * tl.full((), TM[0][1], ACC)
-                for i in tl.static_range(1, len(TM)):
-                    z = z + rows[TM[i][0]][k] * tl.full((), TM[i][1], ACC)
-                acc = acc + tl.where((ro == TR[e][0])[:, None], z, 0.0)
-            BR: tl.constexpr = TP[4]
+                acc = acc + tl.where((ro == TR[e][0])[:, None], _ring_sum(col, TR[e][1], ACC), 0.0)
             for e in tl.static_range(len(BR)):
-                TM2: tl.constexpr = BR[e][1]
-                z = rows[TM2[0][0]][k] * tl.full((), TM2[0][1], ACC)
-                for i in tl.static_range(1, len(TM2)):
-                    z = z + rows[TM2[i][0]][k] * tl.full((), TM2[i][1], ACC)
-                acc = acc + tl.where((ro == H - 1 - BR[e][0])[:, None], z, 0.0)
+                acc = acc + tl.where((ro == H - 1 - BR[e][0])[:, None], _ring_sum(col, BR[e][1], ACC), 0.0)
         else:
             acc = rows[HY][k]
         out = out + (acc,)
