@@ -266,7 +266,7 @@ def test_strips_of_a_tall_plane(T, plans, monkeypatch):
             x = rand(2, H, 6, seed=H)
             check_op(T, name, x, mode)
             kp = plans[0][0]
-            n = -(-H // T._rows.strip_rows(H))
+            n = -(-H // T._rows.strip_rows(H, 4 if name == "gaussian_filter1d-y" else 1))
             assert kp.n_strips == n and kp.BH == -(-H // n), kp
             assert (n > 1) == (H > 16)
     T._rows._CACHE.clear()

@@ -48,8 +48,9 @@ from .prims import _any, _atan2, _fold, _mag_bad, _mag_scaled, _sqrt
 
 #: the largest reach of a pass along the columns / rows handled here
 _MAX_REACH = 8
-#: rows a strip has at most: a whole plane up to _MAX_BH rows, else strips of _MAX_BH_TALL (a
-#: tall strip keeps the halo rows' share small; more strips keep a large image's programs many)
+#: rows a strip has at most: a whole plane up to _MAX_BH rows, else strips of _MAX_BH_TALL, or up
+#: to 4x that for long vertical passes (a tall strip keeps the halo rows' share small; more strips
+#: keep a large image's programs many): :func:`strip_rows`
 _MAX_BH = 64
 _MAX_BH_TALL = 32
 #: windows of up to this many rows advance that many rows a loop step (the window turns over
@@ -473,9 +474,13 @@ def _reach(consts):
     return lx, hx, ly, hy
 
 
-def strip_rows(H):
-    """The most rows a strip of a plane of ``H`` rows has (the strips are then made even)."""
-    return H if H <= _MAX_BH else _MAX_BH_TALL
+def strip_rows(H, reach=0):
+    """The most rows a strip of a plane of ``H`` rows has (the strips are then made even): long
+    vertical passes get taller strips (the ``2 * reach`` halo rows a strip loads and passes
+    horizontally stay a small share: a quarter at most, up to reach 8)."""
+    if H <= _MAX_BH:
+        return H
+    return _MAX_BH_TALL * min(4, max(1, reach // 2))
 
 
 def _vec(elsize, *values):
@@ -524,7 +529,7 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
         return None
     consts = [_with_columns(c, lx, vec) for c in consts]
     # rows per strip: the plane height split evenly into strips of at most strip_rows()
-    n_strips = -(-H // strip_rows(H))
+    n_strips = -(-H // strip_rows(H, max(ly, hy)))
     BH = -(-H // n_strips)
     n_chunks = -(-W // vec)
     NQ = min(_np2(n_chunks), 32)

@@ -492,7 +492,7 @@ def _make(spec, stencils, epi, H, W, NP, dtype, vec):
             return None
     vu = vec + lx + hx
     consts = [_with_columns(c, lx, vu) for c in consts]
-    n_strips = -(-H // strip_rows(H))
+    n_strips = -(-H // strip_rows(H, max(ly, hy)))
     BH = -(-H // n_strips)
     n_chunks = -(-W // vec)
     NQ = min(_np2(n_chunks), 32)
