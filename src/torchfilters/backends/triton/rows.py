@@ -495,8 +495,11 @@ def _unroll(window, n_strips, BH):
     or two on whole small planes of even height (a long window's copies are half the loop's
     instructions there: a 28-row plane's Gaussian of sigma 2 goes from 65% to 74% of the copy
     bandwidth, its compile from 10 to 19 s; tall images keep one row a step, 78%)."""
-    if window <= _UNROLL_ROWS:
-        return window
+    if window <= _UNROLL_ROWS:  # any step of at least the carried rows turns them all over: of
+        # 3 to 4 rows, the one that wastes fewest rows past the strip (28 rows: 4, not 3)
+        if window == 1:
+            return 1
+        return min(range(max(window - 1, 3), 5), key=lambda u: (-BH % u, u))
     return 2 if n_strips == 1 and BH % 2 == 0 else 1
 
 
