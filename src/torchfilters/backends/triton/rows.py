@@ -190,9 +190,9 @@ def _stencil_row(hist, hh, o: tl.constexpr, ST: tl.constexpr, LX: tl.constexpr, 
                 s = _pass(_column(hist, o, j), LY, ST[1], ACC)
                 if MODE == 4:  # SciPy pads the first pass's result with cval
                     if j < LX:
-                        s = tl.where(okx[LX - 1 - j][None, :], s, cval)
+                        s = tl.where(okx[LX - 1 - j], s, cval)
                     elif j >= LX + VEC:
-                        s = tl.where(okx[j - VEC][None, :], s, cval)
+                        s = tl.where(okx[j - VEC], s, cval)
             else:
                 s = hist[0][0]  # (never read)
             v = v + (s,)
@@ -211,7 +211,7 @@ def _h_first(row, rin, ST: tl.constexpr, LX: tl.constexpr, VEC: tl.constexpr, cv
         for k in tl.static_range(VEC):
             h = _pass(row, LX + k, ST[1], ACC)
             if MODE == 4:
-                h = tl.where(rin[:, None], h, cval)
+                h = tl.where(rin, h, cval)
             out = out + (h,)
     return out
 
@@ -265,23 +265,23 @@ def _load_row(x_ptr, xb, x_sh, r, sok, cols, cok, fl, fr, okx, H, cval, MODE: tl
     rin = (r >= 0) & (r < H)
     ok = sok & rin if MODE == 4 else sok
     rb = xb + rf.to(tl.int64) * (x_sh * VEC)
-    v = tl.load(x_ptr + rb[:, None, None] + cols[None, :, :], mask=ok[:, None, None] & cok[None, :, None],
+    v = tl.load(x_ptr + rb[:, :, None] + cols, mask=(ok & cok)[:, :, None],
                 other=0.0).to(ACC)
     if MODE == 4:
-        v = tl.where(rin[:, None, None], v, cval)
+        v = tl.where(rin[:, :, None], v, cval)
     mid = _split(v, VEC)
     left = ()
     for k in tl.static_range(LX):
-        e = tl.load(x_ptr + rb[:, None] + fl[LX - 1 - k][None, :], mask=ok[:, None] & cok[None, :],
+        e = tl.load(x_ptr + rb + fl[LX - 1 - k], mask=ok & cok,
                     other=0.0).to(ACC)
         if MODE == 4:
-            e = tl.where(rin[:, None] & okx[LX - 1 - k][None, :], e, cval)
+            e = tl.where(rin & okx[LX - 1 - k], e, cval)
         left = left + (e,)
     right = ()
     for k in tl.static_range(HX):
-        e = tl.load(x_ptr + rb[:, None] + fr[k][None, :], mask=ok[:, None] & cok[None, :], other=0.0).to(ACC)
+        e = tl.load(x_ptr + rb + fr[k], mask=ok & cok, other=0.0).to(ACC)
         if MODE == 4:
-            e = tl.where(rin[:, None] & okx[LX + k][None, :], e, cval)
+            e = tl.where(rin & okx[LX + k], e, cval)
         right = right + (e,)
     return left + mid + right, rin
 
@@ -308,7 +308,7 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
         hw0 = hw0 + (_h_first(row, rin, S0, LX, VEC, cval, MODE, ACC),)
         if K == 2:
             hw1 = hw1 + (_h_first(row, rin, S1, LX, VEC, cval, MODE, ACC),)
-    bad_any = (cols < 0)[None, :, :] & sok[:, None, None]  # all false, the tile's shape
+    bad_any = (cols < 0) & sok[:, :, None]  # all false, the tile's shape
     for o0 in range(0, BH, UNR):  # UNR rows a step: the window turns over without copies
         for u in tl.static_range(UNR):
             o = o0 + u
@@ -324,8 +324,8 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
             else:
                 y1 = y0
             ro = r0 + o
-            smask = (sok & (ro < H) & (ro < r0 + BH))[:, None, None] & cok[None, :, None]
-            optr = o_ptr + (ob + ro.to(tl.int64) * (o_sh * VEC))[:, None, None] + cols[None, :, :]
+            smask = (sok & cok & (ro < H) & (ro < r0 + BH))[:, :, None]
+            optr = o_ptr + (ob + ro.to(tl.int64) * (o_sh * VEC))[:, :, None] + cols
             if EPI == 0:
                 tl.store(optr, _to_out(y0, OT, INTERP), mask=smask)
                 if K == 2:
@@ -354,14 +354,14 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
             else:  # selective blur: blur where selected (and outside a kept border), else x
                 xv = _join(_mid(full[LY], LX, VEC), VEC)
                 if HAS_MASK:
-                    mptr = m_ptr + (mb + ro.to(tl.int64) * (m_sh * VEC))[:, None, None] + cols[None, :, :]
+                    mptr = m_ptr + (mb + ro.to(tl.int64) * (m_sh * VEC))[:, :, None] + cols
                     w = tl.load(mptr, mask=smask, other=0) != 0
                 else:
                     w = xv >= thr
                 if KEEP_BORDER:
                     rk = (ro + by0 >= 0) & (ro + by1 <= H - 1)
                     ck = (cols + bx0 >= 0) & (cols + bx1 <= W - 1)
-                    w = w & rk[:, None, None] & ck[None, :, :]
+                    w = w & rk[:, :, None] & ck
                 tl.store(optr, _to_out(tl.where(w, y0, xv), OT, INTERP), mask=smask)
             win = _drop(full)
             hw0 = _drop(h0)
@@ -377,23 +377,27 @@ def _rows_kernel(
     MODE: tl.constexpr, SY: tl.constexpr, SX: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr,
     EPI: tl.constexpr, K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr, HY: tl.constexpr,
-    BP: tl.constexpr, NQ: tl.constexpr, VEC: tl.constexpr, UNR: tl.constexpr, INTERP: tl.constexpr,
+    BP: tl.constexpr, NQ: tl.constexpr, NC: tl.constexpr, SPP: tl.constexpr, VEC: tl.constexpr,
+    UNR: tl.constexpr, INTERP: tl.constexpr,
 ):
-    """``BP`` strips of ``BH`` rows by ``NQ`` chunks of ``VEC`` columns (strides in ``VEC`` units)."""
+    """A ``[BP, NQ]`` tile of lanes, each one chunk of ``VEC`` columns of a strip of ``BH`` rows
+    (strides in ``VEC`` units): lane ``l`` is chunk ``l % NC`` of strip ``l // NC``, ``SPP`` strips
+    a program (``NC`` need not be a power of two: 7 chunks of a 28-wide row fill 7 lanes, not 8)."""
     # ids in int32 (the host checks that they fit), offsets in int64
     pid = tl.program_id(0)
     tq = pid % n_tq
-    sid = (pid // n_tq) * BP + tl.arange(0, BP)
-    sok = sid < NS
+    lane = tl.arange(0, BP)[:, None] * NQ + tl.arange(0, NQ)[None, :]
+    sid = (pid // n_tq) * SPP + lane // NC
+    sok = (sid < NS) & (lane < SPP * NC)
     sid = tl.minimum(sid, NS - 1)
     pl = sid // n_strips
     r0 = (sid - pl * n_strips) * BH
     xb = ((pl // x_ni).to(tl.int64) * x_so + (pl % x_ni).to(tl.int64) * x_si) * VEC
     mb = ((pl // m_ni).to(tl.int64) * m_so + (pl % m_ni).to(tl.int64) * m_si) * VEC
     ob = ((pl // o_ni).to(tl.int64) * o_so + (pl % o_ni).to(tl.int64) * o_si) * VEC
-    c0 = (tq * NQ + tl.arange(0, NQ)) * VEC
+    c0 = (tq * NC + lane % NC) * VEC
     cok = c0 < W
-    cols = c0[:, None] + tl.arange(0, VEC)[None, :]
+    cols = c0[:, :, None] + tl.arange(0, VEC)[None, None, :]
     # the columns left and right of each chunk, folded once
     fl = ()
     okx = ()  # inside the image (constant mode): left ones first, nearest first, then right ones
@@ -418,13 +422,24 @@ def _rows_kernel(
 
 
 class RowsPlan(NamedTuple):
-    ce: dict  # constexprs
-    BP: int
-    BH: int
-    NQ: int
-    n_strips: int
-    n_tq: int
+    ce: dict  # constexprs (BP x NQ: the lane tile)
+    BP: int  # strips a program holds
+    BH: int  # rows a strip has
+    NQ: int  # chunks of a strip's row a program holds
+    n_strips: int  # strips a plane is cut into
+    n_tq: int  # programs across a row
     warps: int
+
+
+def lanes(n_chunks, n_strips, threads=128):
+    """``(BP, NQ, NC, SPP, n_tq, warps)``: a ``[BP, NQ]`` tile of lanes (powers of two, at most
+    ``threads``) holding ``SPP`` strips of ``NC`` chunks each, any ``NC`` up to 32 (a row of 7
+    chunks: 18 strips in 128 lanes, two idle, where a power-of-two row would idle 16); wider rows
+    are cut into ``n_tq`` tiles of 32 chunks."""
+    NC, n_tq = (n_chunks, 1) if n_chunks <= 32 else (32, -(-n_chunks // 32))
+    L = max(_np2(NC), min(threads, _np2(n_strips * NC)))
+    NQ = min(L, 32)
+    return L // NQ, NQ, NC, L // NC, n_tq, max(1, min(4, L // 32))
 
 
 def _pass_const(p):
@@ -452,7 +467,8 @@ def _stencil_const(st, mode, f64):
         reach = max(abs(b.lo), abs(b.lo + len(b.taps) - 1))
         if reach > 2 and (mode == "constant" or f64):
             return None  # (float64 keeps SciPy's order of passes, and so its bits)
-        if reach > 2:  # (register pressure) the same sum with the passes swapped: ~1 ulp apart
+        if not f64 and mode != "constant":  # the same sum with the passes swapped, ~1 ulp apart:
+            # each row's horizontal pass once, not the vertical one at 2 * reach extra columns
             a, b = b, a
             return (3, _pass_const(a), _pass_const(b))
         pb = _pass_const(b)
@@ -551,20 +567,16 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
     # rows per strip: the plane height split evenly into strips of at most strip_rows()
     n_strips = -(-H // strip_rows(H, max(ly, hy)))
     BH = -(-H // n_strips)
-    n_chunks = -(-W // vec)
-    NQ = min(_np2(n_chunks), 32)
-    threads = 128
-    BP = max(1, min(threads // NQ, _np2(NP * n_strips)))
-    warps = max(1, min(4, BP * NQ // 32))
+    BP, NQ, NC, SPP, n_tq, warps = lanes(-(-W // vec), NP * n_strips)
     acc = tl.float64 if dtype == torch.float64 else tl.float32
     ce = dict(
         MODE=_MODES[spec.mode],
         SY=single_fold(H, ly, hy, spec.mode), SX=single_fold(W, lx, hx, spec.mode),
         ACC=acc, F64=dtype == torch.float64,
         EPI=epi, K=len(consts), S0=consts[0], S1=consts[-1], LX=lx, HX=hx, LY=ly, HY=hy,
-        BP=BP, NQ=NQ, VEC=vec, UNR=_unroll(ly + hy + 1, n_strips, BH),
+        BP=BP, NQ=NQ, NC=NC, SPP=SPP, VEC=vec, UNR=_unroll(ly + hy + 1, n_strips, BH),
     )
-    p = RowsPlan(ce, BP, BH, NQ, n_strips, -(-n_chunks // NQ), warps)
+    p = RowsPlan(ce, SPP, BH, NC, n_strips, n_tq, warps)
     if len(_CACHE) > 512:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[(key, vec)] = p

@@ -43,10 +43,10 @@ import triton.language as tl
 from ..._spec import BlurSpec, FilterSpec
 from .._lowering import lower
 from .footprint import _u_from_y
-from .plan import _MODES, _np2, single_fold
+from .plan import _MODES, single_fold
 from .prims import _any, _div, _fold
 from .rows import (_BLEND, _DIR, _MAG, _STACK, _drop, _h_first, _join, _load_row, _reach, _root, _stencil_const,
-                   _stencil_row, _strided, _to_out, _vec, _with_columns, strip_rows)
+                   _stencil_row, _strided, _to_out, _vec, _with_columns, lanes, strip_rows)
 
 #: the largest reach of a pass the fused backward takes (it must also be below the vector width)
 _MAX_REACH = 3
@@ -81,10 +81,10 @@ def _hadj(u, TP: tl.constexpr, HX: tl.constexpr, VEC: tl.constexpr, left, right,
                 acc = acc + u[HX + k - OFF[t]] * tl.full((), WS[t], ACC)
             for e in tl.static_range(len(LR)):
                 if LR[e][0] == k:
-                    acc = acc + tl.where(left[None, :], _ring_sum(u, LR[e][1], ACC), 0.0)
+                    acc = acc + tl.where(left, _ring_sum(u, LR[e][1], ACC), 0.0)
             for e in tl.static_range(len(RR)):
                 if RR[e][0] == k:
-                    acc = acc + tl.where(right[None, :], _ring_sum(u, RR[e][1], ACC), 0.0)
+                    acc = acc + tl.where(right, _ring_sum(u, RR[e][1], ACC), 0.0)
         else:
             acc = u[HX + k]
         out = out + (acc,)
@@ -116,9 +116,9 @@ def _vadj(rows, TP: tl.constexpr, HY: tl.constexpr, VEC: tl.constexpr, ro, H, AC
             for t in tl.static_range(1, len(OFF)):
                 acc = acc + col[HY - OFF[t]] * tl.full((), WS[t], ACC)
             for e in tl.static_range(len(TR)):
-                acc = acc + tl.where((ro == TR[e][0])[:, None], _ring_sum(col, TR[e][1], ACC), 0.0)
+                acc = acc + tl.where(ro == TR[e][0], _ring_sum(col, TR[e][1], ACC), 0.0)
             for e in tl.static_range(len(BR)):
-                acc = acc + tl.where((ro == H - 1 - BR[e][0])[:, None], _ring_sum(col, BR[e][1], ACC), 0.0)
+                acc = acc + tl.where(ro == H - 1 - BR[e][0], _ring_sum(col, BR[e][1], ACC), 0.0)
         else:
             acc = rows[HY][k]
         out = out + (acc,)
@@ -180,7 +180,7 @@ def _u_row(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, sok, q, cols
                 else:
                     low = 7.888609052210118e-31
                 edge = edge | (s == float("inf")) | ((s < low) & (tl.maximum(tl.abs(a), tl.abs(b)) > 0))
-            ok = uin[i][None, :] & qin[:, None]
+            ok = uin[i] & qin
             if MODE != 3:
                 v0 = tl.where(ok, v0, 0.0)
                 v1 = tl.where(ok, v1, 0.0)
@@ -201,10 +201,10 @@ def _u_row(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, sok, q, cols
             if KEEP_BORDER:
                 rk = (qf + by0 >= 0) & (qf + by1 <= H - 1)
                 ck = (ucol[i] + bx0 >= 0) & (ucol[i] + bx1 <= W - 1)
-                w = w & rk[:, None] & ck[None, :]
+                w = w & rk & ck
             v = tl.where(w, gv[i], 0.0)
             if MODE != 3:
-                v = tl.where(uin[i][None, :] & qin[:, None], v, 0.0)
+                v = tl.where(uin[i] & qin, v, 0.0)
             u0 = u0 + (v,)
             if i >= HX and i < HX + VEC:
                 centre = centre + (tl.where(w, 0.0, gv[i]),)
@@ -213,7 +213,7 @@ def _u_row(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, sok, q, cols
         u0 = ()
         u1 = ()
         for i in tl.static_range(VU):
-            ok = uin[i][None, :] & qin[:, None]
+            ok = uin[i] & qin
             if MODE != 3:
                 u0 = u0 + (tl.where(ok, gv[i], 0.0),)
                 u1 = u1 + (tl.where(ok, gv1[i], 0.0),)
@@ -286,8 +286,8 @@ def _sweep_bwd(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, o_ptr, o
                 s = s + (gin[j] + cf[0][j],)
             gin = s
             cw = _drop(cf)
-        smask = (sok & (ro < H) & (ro < r0 + BH))[:, None, None] & cok[None, :, None]
-        optr = o_ptr + (ob + ro.to(tl.int64) * (o_sh * VEC))[:, None, None] + cols[None, :, :]
+        smask = (sok & cok & (ro < H) & (ro < r0 + BH))[:, :, None]
+        optr = o_ptr + (ob + ro.to(tl.int64) * (o_sh * VEC))[:, :, None] + cols
         tl.store(optr, _to_out(_join(gin, VEC), OT, INTERP), mask=smask)
     return bad
 
@@ -302,13 +302,15 @@ def _rows_bwd_kernel(
     MODE: tl.constexpr, SY: tl.constexpr, SX: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr,
     EPI: tl.constexpr, K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, T0: tl.constexpr, T1: tl.constexpr,
     HAS_MASK: tl.constexpr, KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr,
-    HY: tl.constexpr, BP: tl.constexpr, NQ: tl.constexpr, VEC: tl.constexpr, INTERP: tl.constexpr,
+    HY: tl.constexpr, BP: tl.constexpr, NQ: tl.constexpr, NC: tl.constexpr, SPP: tl.constexpr,
+    VEC: tl.constexpr, INTERP: tl.constexpr,
 ):
-    """``BP`` strips of ``BH`` rows by ``NQ`` chunks of ``VEC`` columns (strides in ``VEC`` units)."""
+    """Lanes as :func:`.rows._rows_kernel`'s: chunk ``l % NC`` of strip ``l // NC``."""
     pid = tl.program_id(0)
     tq = pid % n_tq
-    sid = (pid // n_tq) * BP + tl.arange(0, BP)
-    sok = sid < NS
+    lane = tl.arange(0, BP)[:, None] * NQ + tl.arange(0, NQ)[None, :]
+    sid = (pid // n_tq) * SPP + lane // NC
+    sok = (sid < NS) & (lane < SPP * NC)
     sid = tl.minimum(sid, NS - 1)
     pl = sid // n_strips
     r0 = (sid - pl * n_strips) * BH
@@ -316,9 +318,9 @@ def _rows_bwd_kernel(
     mb = ((pl // m_ni).to(tl.int64) * m_so + (pl % m_ni).to(tl.int64) * m_si) * VEC
     gb = ((pl // g_ni).to(tl.int64) * g_so + (pl % g_ni).to(tl.int64) * g_si) * VEC
     ob = ((pl // o_ni).to(tl.int64) * o_so + (pl % o_ni).to(tl.int64) * o_si) * VEC
-    c0 = (tq * NQ + tl.arange(0, NQ)) * VEC
+    c0 = (tq * NC + lane % NC) * VEC
     cok = c0 < W
-    cols = c0[:, None] + tl.arange(0, VEC)[None, :]
+    cols = c0[:, :, None] + tl.arange(0, VEC)[None, None, :]
     A: tl.constexpr = LX + HX
     # x columns: A either side of the chunk (the stencils at the u columns); u columns: HX left,
     # LX right (the flipped horizontal pass); both folded once
@@ -352,7 +354,7 @@ def _rows_bwd_kernel(
         uin = uin + ((c0 - HX + i >= 0) & (c0 - HX + i < W),)
     left = c0 == 0
     right = c0 + VEC == W
-    nob = (c0 < 0)[None, :] & sok[:, None]  # all false, a row's shape [BP, NQ]
+    nob = (c0 < 0) & sok  # all false, a row's shape [BP, NQ]
     bad = _sweep_bwd(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, o_ptr, ob, o_sh, sok, r0, BH, cols,
                      cok, fl, fr, okx, gl, gr, okg, ucol, uin, nob, left, right, H, W, cval, thr, by0, by1, bx0, bx1,
                      MODE, SY, ACC, F64, EPI, K, S0, S1, T0, T1, HAS_MASK, KEEP_BORDER, LX, HX, LY, HY, VEC, INTERP,
@@ -369,7 +371,7 @@ def _rows_bwd_kernel(
 
 
 class BwdPlan(NamedTuple):
-    ce: dict  # constexprs
+    ce: dict  # constexprs (as :class:`.rows.RowsPlan`'s)
     BP: int
     BH: int
     NQ: int
@@ -494,19 +496,16 @@ def _make(spec, stencils, epi, H, W, NP, dtype, vec):
     consts = [_with_columns(c, lx, vu) for c in consts]
     n_strips = -(-H // strip_rows(H, max(ly, hy)))
     BH = -(-H // n_strips)
-    n_chunks = -(-W // vec)
-    NQ = min(_np2(n_chunks), 32)
-    BP = max(1, min(128 // NQ, _np2(NP * n_strips)))
-    warps = max(1, min(4, BP * NQ // 32))
+    BP, NQ, NC, SPP, n_tq, warps = lanes(-(-W // vec), NP * n_strips)
     a = lx + hx
     ce = dict(
         MODE=_MODES[spec.mode],
         SY=single_fold(H, ly + hy, ly + hy, spec.mode), SX=single_fold(W, a, a, spec.mode),
         ACC=tl.float64 if f64 else tl.float32, F64=f64,
         EPI=epi, K=len(consts), S0=consts[0], S1=consts[-1], T0=adj[0], T1=adj[-1],
-        LX=lx, HX=hx, LY=ly, HY=hy, BP=BP, NQ=NQ, VEC=vec,
+        LX=lx, HX=hx, LY=ly, HY=hy, BP=BP, NQ=NQ, NC=NC, SPP=SPP, VEC=vec,
     )
-    return BwdPlan(ce, BP, BH, NQ, n_strips, -(-n_chunks // NQ), warps)
+    return BwdPlan(ce, SPP, BH, NC, n_strips, n_tq, warps)
 
 
 def _fits(p, NP):
