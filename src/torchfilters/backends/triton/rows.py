@@ -292,7 +292,8 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
            MODE: tl.constexpr, SY: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr, EPI: tl.constexpr,
            K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, HAS_MASK: tl.constexpr,
            KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr, HY: tl.constexpr,
-           VEC: tl.constexpr, UNR: tl.constexpr, INTERP: tl.constexpr, RESCUE: tl.constexpr):
+           VEC: tl.constexpr, UNR: tl.constexpr, INTERP: tl.constexpr, RESCUE: tl.constexpr,
+           WHOLE: tl.constexpr):
     """The strips' ``BH`` rows: a window of the last ``LY + HY + 1`` rows slides down (a loop
     with the window in registers; the halo above is loaded first), and each output row is
     stored as soon as its rows are in.  Returns where the magnitude's sum of squares left the
@@ -324,7 +325,10 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
             else:
                 y1 = y0
             ro = r0 + o
-            smask = (sok & cok & (ro < H) & (ro < r0 + BH))[:, :, None]
+            if WHOLE:  # (one strip a plane: BH == H, r0 == 0)
+                smask = (sok & cok & (ro < BH))[:, :, None]
+            else:
+                smask = (sok & cok & (ro < H) & (ro < r0 + BH))[:, :, None]
             optr = o_ptr + (ob + ro.to(tl.int64) * (o_sh * VEC))[:, :, None] + cols
             if EPI == 0:
                 tl.store(optr, _to_out(y0, OT, INTERP), mask=smask)
@@ -378,7 +382,7 @@ def _rows_kernel(
     EPI: tl.constexpr, K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr, HY: tl.constexpr,
     BP: tl.constexpr, NQ: tl.constexpr, NC: tl.constexpr, SPP: tl.constexpr, VEC: tl.constexpr,
-    UNR: tl.constexpr, INTERP: tl.constexpr,
+    UNR: tl.constexpr, INTERP: tl.constexpr, WHOLE: tl.constexpr,
 ):
     """A ``[BP, NQ]`` tile of lanes, each one chunk of ``VEC`` columns of a strip of ``BH`` rows
     (strides in ``VEC`` units): lane ``l`` is chunk ``l % NC`` of strip ``l // NC``, ``SPP`` strips
@@ -410,12 +414,12 @@ def _rows_kernel(
         okx = okx + (c0 + VEC - 1 + k < W,)
     bad = _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH, c0, cok, cols, fl, fr,
                  okx, H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
-                 KEEP_BORDER, LX, HX, LY, HY, VEC, UNR, INTERP, False)
+                 KEEP_BORDER, LX, HX, LY, HY, VEC, UNR, INTERP, False, WHOLE)
     if EPI == 1:
         if _any(bad):  # the magnitude over/underflowed somewhere in the tile: rescale there
             _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH, c0, cok, cols, fl, fr,
                    okx, H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
-                   KEEP_BORDER, LX, HX, LY, HY, VEC, UNR, INTERP, True)
+                   KEEP_BORDER, LX, HX, LY, HY, VEC, UNR, INTERP, True, WHOLE)
 
 
 # ============================================================================ host side
@@ -467,8 +471,7 @@ def _stencil_const(st, mode, f64):
         reach = max(abs(b.lo), abs(b.lo + len(b.taps) - 1))
         if reach > 2 and (mode == "constant" or f64):
             return None  # (float64 keeps SciPy's order of passes, and so its bits)
-        if not f64 and mode != "constant":  # the same sum with the passes swapped, ~1 ulp apart:
-            # each row's horizontal pass once, not the vertical one at 2 * reach extra columns
+        if reach > 2:  # (register pressure) the same sum with the passes swapped: ~1 ulp apart
             a, b = b, a
             return (3, _pass_const(a), _pass_const(b))
         pb = _pass_const(b)
@@ -574,7 +577,7 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
         SY=single_fold(H, ly, hy, spec.mode), SX=single_fold(W, lx, hx, spec.mode),
         ACC=acc, F64=dtype == torch.float64,
         EPI=epi, K=len(consts), S0=consts[0], S1=consts[-1], LX=lx, HX=hx, LY=ly, HY=hy,
-        BP=BP, NQ=NQ, NC=NC, SPP=SPP, VEC=vec, UNR=_unroll(ly + hy + 1, n_strips, BH),
+        BP=BP, NQ=NQ, NC=NC, SPP=SPP, VEC=vec, UNR=_unroll(ly + hy + 1, n_strips, BH), WHOLE=n_strips == 1,
     )
     p = RowsPlan(ce, SPP, BH, NC, n_strips, n_tq, warps)
     if len(_CACHE) > 512:
