@@ -352,3 +352,93 @@ def test_backward_allocates_nothing_but_the_result(T, monkeypatch):
             assert not bad, bad
     assert len(launches) == 4
     assert math.prod(launches[0]) >= 1
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64), ids=str)
+def test_subnormal_stencil_values(T, dtype):
+    """Stencil values all subnormal (the rescue's scale m is subnormal: divided by, not inverted
+    to inf): the reference's finite gradients, fused and general backward alike."""
+    tiny = 1e-39 if dtype == torch.float32 else 1e-310
+    x = torch.zeros(1, 8, 8, dtype=dtype)
+    x[0, 3, 4] = tiny
+    x2 = (rand(1, 8, 12, seed=1) * tiny).to(dtype)
+    for xx in (x, x2):
+        gx = check_op(T, "gradient_magnitude-central", xx, "reflect", tol=1e-12 if dtype == torch.float64 else 2e-6)
+        assert torch.isfinite(gx).all()
+        T.ROWS = False
+        try:
+            assert torch.isfinite(grads("gradient_magnitude-central", xx, "triton", "reflect")).all()
+        finally:
+            T.ROWS = True
+
+
+def test_zero_gradients_are_positive_zeros(T):
+    """The reference sums onto zeros: a zero gradient is +0.0, here too."""
+    x = rand(2, 8, 12, seed=1, dtype=torch.float64)
+    for name in ("correlate1d-x", "gradient-sobel", "selective_blur"):
+        g = torch.zeros_like(OPS[name](x, backend="reference")).neg()
+        gx = check_op(T, name, x.float(), "reflect", g=g.float())
+        assert not gx.signbit().any(), name
+
+
+def test_float64_cval_and_threshold_reach_the_kernel_unrounded(T, monkeypatch):
+    """Float kernel arguments are float32 on a GPU, so ``cval`` and the threshold go in as the
+    float64's bits (the interpreter would not show the rounding: this checks the arguments)."""
+    got = []
+
+    class Stub:
+        def __getitem__(self, grid):
+            return lambda *a, **k: got.append(a)
+
+    for mod, kern in ((T._rows, "_rows_kernel"), (T._rows_bwd, "_rows_bwd_kernel")):
+        monkeypatch.setattr(mod, kern, Stub())
+    x = rand(1, 8, 8, seed=1).requires_grad_(True)
+    y = tf.selective_blur(x, 0.1, backend="triton")
+    torch.autograd.grad(y, x, torch.ones_like(y).contiguous())
+    y = tf.gradient_magnitude(x, mode="constant", cval=0.7, backend="triton")
+    torch.autograd.grad(y, x, rand(1, 8, 8, seed=2))
+    import struct
+
+    want = {struct.unpack("<q", struct.pack("<d", v))[0] for v in (0.1, 0.7)}
+    ints = {a for args in got for a in args if isinstance(a, int) and not isinstance(a, bool)}
+    assert len(got) == 4 and want <= ints
+    assert not any(isinstance(a, float) for args in got for a in args)
+
+
+def test_plan_caches_under_threads(T):
+    """Planning from several threads while the caches evict (past 512 entries): no KeyError,
+    every plan made."""
+    import sys
+    import threading
+
+    from torchfilters import _spec
+    from torchfilters._spec import FilterSpec
+
+    dx = _spec.sep((-1, -1, (-1.0, 0.0, 1.0)), (-2, -1, (1.0, 2.0, 1.0)))
+    dy = _spec.sep((-2, -1, (-1.0, 0.0, 1.0)), (-1, -1, (1.0, 2.0, 1.0)))
+    spec = FilterSpec("reflect", 0.0, "magnitude", (dx, dy))
+    for mod in (T._rows, T._rows_bwd):
+        mod._CACHE.clear()
+    errors = []
+
+    def work(k):
+        try:
+            for H in range(8 + k, 8 + 1100, 4):
+                assert T._rows_bwd.plan(spec, H, 16, 1, torch.float32, [16]) is not None
+                assert T._rows.plan(spec, H, 16, 1, torch.float32, [16], 0.0) is not None
+        except Exception as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors
+    assert 400 < len(T._rows_bwd._CACHE) <= 513 and 400 < len(T._rows._CACHE) <= 513

@@ -380,7 +380,7 @@ def _u_from_y(y0, y1, g, EPI: tl.constexpr, K: tl.constexpr, F64: tl.constexpr):
     """Upstream gradient of each stencil from the stencil values and the output gradient."""
     if EPI == 1:  # magnitude: g * y_k / |y|, 0 where |y| == 0 (rescaled |y|: _magnitude)
         # branch-free: t_k = y_k / m (m = 1, t_k = y_k exactly, but where the sum of squares
-        # over/underflows; there a reciprocal), u_k = g t_k / sqrt(sum t_k**2)
+        # over/underflows), u_k = g t_k / sqrt(sum t_k**2)
         s = y0 * y0
         if K == 2:
             s += y1 * y1
@@ -388,9 +388,9 @@ def _u_from_y(y0, y1, g, EPI: tl.constexpr, K: tl.constexpr, F64: tl.constexpr):
         m = tl.abs(y0)
         if K == 2:
             m = tl.maximum(m, tl.abs(y1))
-        inv = _div(1.0, tl.where(bad & (m > 0) & (m != float("inf")), m, 1.0), F64)
-        t0 = y0 * inv
-        t1 = y1 * inv
+        mm = tl.where(bad & (m > 0) & (m != float("inf")), m, 1.0)
+        t0 = _div(y0, mm, F64)  # (divided, not times 1 / m: that is inf for a subnormal m)
+        t1 = _div(y1, mm, F64)
         q = t0 * t0
         if K == 2:
             q += t1 * t1

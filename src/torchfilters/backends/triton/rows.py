@@ -37,6 +37,8 @@ normalized selective blur, large radii, unaligned or strided rows.
 from __future__ import annotations
 
 import math
+import struct
+import threading
 from typing import NamedTuple
 
 import torch
@@ -248,6 +250,12 @@ def _root(sq, F64: tl.constexpr, INTERP: tl.constexpr):
 
 
 @triton.jit
+def _from_bits(b, ACC: tl.constexpr):
+    """The float64 whose bits are the integer ``b``, in ``ACC`` (rounded to nearest)."""
+    return b.to(tl.int64).to(tl.float64, bitcast=True).to(ACC)
+
+
+@triton.jit
 def _drop(t):
     """``t`` without its first element (the window's oldest row)."""
     out = ()
@@ -333,7 +341,7 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
             if EPI == 0:
                 tl.store(optr, _to_out(y0, OT, INTERP), mask=smask)
                 if K == 2:
-                    tl.store(optr + o_sk * VEC, _to_out(y1, OT, INTERP), mask=smask)
+                    tl.store(optr + o_sk.to(tl.int64) * VEC, _to_out(y1, OT, INTERP), mask=smask)
             elif EPI == 1:
                 sq = y0 * y0
                 if K == 2:
@@ -372,12 +380,12 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
     return bad_any
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["cval_b", "thr_b", "o_sk"])
 def _rows_kernel(
     x_ptr, x_ni, x_so, x_si, x_sh,
     m_ptr, m_ni, m_so, m_si, m_sh,
     o_ptr, o_ni, o_so, o_si, o_sh, o_sk,
-    NS, n_strips, n_tq, BH, H, W, cval, thr, by0, by1, bx0, bx1,
+    NS, n_strips, n_tq, BH, H, W, cval_b, thr_b, by0, by1, bx0, bx1,
     MODE: tl.constexpr, SY: tl.constexpr, SX: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr,
     EPI: tl.constexpr, K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr, HY: tl.constexpr,
@@ -390,6 +398,8 @@ def _rows_kernel(
     # ids in int32 (the host checks that they fit), offsets in int64
     pid = tl.program_id(0)
     tq = pid % n_tq
+    cval = _from_bits(cval_b, ACC)  # (float64 bits: a float argument would be float32)
+    thr = _from_bits(thr_b, ACC)
     lane = tl.arange(0, BP)[:, None] * NQ + tl.arange(0, NQ)[None, :]
     sid = (pid // n_tq) * SPP + lane // NC
     sok = (sid < NS) & (lane < SPP * NC)
@@ -522,6 +532,12 @@ def _unroll(window, n_strips, BH):
     return 2 if n_strips == 1 and BH % 2 == 0 else 1
 
 
+def _bits(v) -> int:
+    """A float's float64 bits as a signed integer: kernel arguments that are floats are float32
+    (``cval``, ``thr`` of float64 data must not be rounded on the way in)."""
+    return struct.unpack("<q", struct.pack("<d", float(v)))[0]
+
+
 def _vec(elsize, *values):
     """The widest vector (elements, at most 16 bytes) that every value is a multiple of."""
     v = 16 // elsize
@@ -531,6 +547,7 @@ def _vec(elsize, *values):
 
 
 _CACHE: dict = {}
+_LOCK = threading.Lock()
 
 
 def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
@@ -580,9 +597,10 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
         BP=BP, NQ=NQ, NC=NC, SPP=SPP, VEC=vec, UNR=_unroll(ly + hy + 1, n_strips, BH), WHOLE=n_strips == 1,
     )
     p = RowsPlan(ce, SPP, BH, NC, n_strips, n_tq, warps)
-    if len(_CACHE) > 512:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[(key, vec)] = p
+    with _LOCK:  # (threads plan concurrently)
+        if len(_CACHE) > 512:
+            _CACHE.pop(next(iter(_CACHE)), None)
+        _CACHE[(key, vec)] = p
     return _fits(p, NP)
 
 
@@ -621,8 +639,8 @@ def launch(kernel_plan, x, mask, out, NP, H, W, cval, thr, ext, keep_border, k_s
     by0, by1, bx0, bx1 = ext
     _rows_kernel[grid](
         x, *div(xs), mask if mask is not None else x, *div(ms), out, *div(os_), int(k_stride) // vec,
-        NP * kernel_plan.n_strips, kernel_plan.n_strips, kernel_plan.n_tq, kernel_plan.BH, H, W, float(cval),
-        float(thr),
+        NP * kernel_plan.n_strips, kernel_plan.n_strips, kernel_plan.n_tq, kernel_plan.BH, H, W, _bits(cval),
+        _bits(thr),
         by0, by1, bx0, bx1, **ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border,
         INTERP=type(_rows_kernel).__name__ == "InterpretedFunction",
         num_warps=kernel_plan.warps, enable_fp_fusion=False,

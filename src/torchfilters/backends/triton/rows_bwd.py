@@ -34,6 +34,7 @@ shorter than ``2 * reach + 2``, the magnitude / direction of vertical-first pair
 from __future__ import annotations
 
 import math
+import threading
 from typing import NamedTuple
 
 import torch
@@ -45,7 +46,8 @@ from .._lowering import lower
 from .footprint import _u_from_y
 from .plan import _MODES, single_fold
 from .prims import _any, _div, _fold
-from .rows import (_BLEND, _DIR, _MAG, _STACK, _drop, _h_first, _join, _load_row, _reach, _root, _stencil_const,
+from .rows import (_BLEND, _DIR, _MAG, _STACK, _bits, _drop, _from_bits, _h_first, _join, _load_row,
+                   _reach, _root, _stencil_const,
                    _stencil_row, _strided, _to_out, _vec, _with_columns, lanes, strip_rows)
 
 #: the largest reach of a pass the fused backward takes (it must also be below the vector width)
@@ -140,7 +142,7 @@ def _u_row(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, sok, q, cols
     A: tl.constexpr = LX + HX
     gv, qin = _load_row(g_ptr, gb, g_sh, q, sok, cols, cok, gl, gr, okg, H, cval, MODE, SY, ACC, HX, LX, VEC)
     if K == 2 and EPI == 0:
-        gv1, _q = _load_row(g_ptr + g_sk * VEC, gb, g_sh, q, sok, cols, cok, gl, gr, okg, H, cval, MODE, SY, ACC, HX,
+        gv1, _q = _load_row(g_ptr + g_sk.to(tl.int64) * VEC, gb, g_sh, q, sok, cols, cok, gl, gr, okg, H, cval, MODE, SY, ACC, HX,
                             LX, VEC)
     else:
         gv1 = gv
@@ -288,17 +290,18 @@ def _sweep_bwd(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, o_ptr, o
             cw = _drop(cf)
         smask = (sok & cok & (ro < H) & (ro < r0 + BH))[:, :, None]
         optr = o_ptr + (ob + ro.to(tl.int64) * (o_sh * VEC))[:, :, None] + cols
-        tl.store(optr, _to_out(_join(gin, VEC), OT, INTERP), mask=smask)
+        # (+ 0.0: the reference sums onto zeros, so a zero gradient is +0.0)
+        tl.store(optr, _to_out(_join(gin, VEC) + 0.0, OT, INTERP), mask=smask)
     return bad
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["cval_b", "thr_b", "g_sk"])
 def _rows_bwd_kernel(
     x_ptr, x_ni, x_so, x_si, x_sh,
     m_ptr, m_ni, m_so, m_si, m_sh,
     g_ptr, g_ni, g_so, g_si, g_sh, g_sk,
     o_ptr, o_ni, o_so, o_si, o_sh,
-    NS, n_strips, n_tq, BH, H, W, cval, thr, by0, by1, bx0, bx1,
+    NS, n_strips, n_tq, BH, H, W, cval_b, thr_b, by0, by1, bx0, bx1,
     MODE: tl.constexpr, SY: tl.constexpr, SX: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr,
     EPI: tl.constexpr, K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, T0: tl.constexpr, T1: tl.constexpr,
     HAS_MASK: tl.constexpr, KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr,
@@ -308,6 +311,8 @@ def _rows_bwd_kernel(
     """Lanes as :func:`.rows._rows_kernel`'s: chunk ``l % NC`` of strip ``l // NC``."""
     pid = tl.program_id(0)
     tq = pid % n_tq
+    cval = _from_bits(cval_b, ACC)  # (float64 bits: a float argument would be float32)
+    thr = _from_bits(thr_b, ACC)
     lane = tl.arange(0, BP)[:, None] * NQ + tl.arange(0, NQ)[None, :]
     sid = (pid // n_tq) * SPP + lane // NC
     sok = (sid < NS) & (lane < SPP * NC)
@@ -439,6 +444,7 @@ def _adjoint_const(st, mode, vec, lx, hx, ly, hy):
 
 
 _CACHE: dict = {}
+_LOCK = threading.Lock()
 
 
 def plan(spec, H, W, NP, dtype, strides):
@@ -468,9 +474,10 @@ def plan(spec, H, W, NP, dtype, strides):
     if hit is not False:
         return hit if hit is None else _fits(hit, NP)
     p = _make(spec, stencils, epi, H, W, NP, dtype, vec)
-    if len(_CACHE) > 512:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[key] = p
+    with _LOCK:  # (threads plan concurrently)
+        if len(_CACHE) > 512:
+            _CACHE.pop(next(iter(_CACHE)), None)
+        _CACHE[key] = p
     return p if p is None else _fits(p, NP)
 
 
@@ -530,8 +537,8 @@ def launch(kernel_plan, x, mask, grad, out, NP, H, W, cval, thr, ext, keep_borde
     _rows_bwd_kernel[grid](
         x, *div(xs), mask if mask is not None else x, *div(ms), grad, *div(gs), int(g_k_stride) // vec,
         out, *div(os_),
-        NP * kernel_plan.n_strips, kernel_plan.n_strips, kernel_plan.n_tq, kernel_plan.BH, H, W, float(cval),
-        float(thr), by0, by1, bx0, bx1, **ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border,
+        NP * kernel_plan.n_strips, kernel_plan.n_strips, kernel_plan.n_tq, kernel_plan.BH, H, W, _bits(cval),
+        _bits(thr), by0, by1, bx0, bx1, **ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border,
         INTERP=type(_rows_bwd_kernel).__name__ == "InterpretedFunction",
         num_warps=kernel_plan.warps, enable_fp_fusion=False,
     )
