@@ -442,3 +442,16 @@ def test_plan_caches_under_threads(T):
         sys.setswitchinterval(old)
     assert not errors, errors
     assert 400 < len(T._rows_bwd._CACHE) <= 513 and 400 < len(T._rows._CACHE) <= 513
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_overflowing_upstream_gradient(T):
+    """An upstream gradient of 3e38 overflows float32 inside the adjoint passes: the passes run in
+    the reference's order (the forward's, reversed), so inf and NaN land where the reference's do."""
+    x = rand(1, 8, 12, seed=1, dtype=torch.float32)
+    for k, mode in enumerate(("wrap", "reflect", "constant")):
+        for name in ("sobel-y", "gradient-sobel", "correlate1d-x"):
+            y = OPS[name](x, backend="reference")
+            g = torch.full(y.shape, 3e38)
+            gx = check_op(T, name, x, mode, g=g)
+            assert not torch.isfinite(gx).all(), f"{name} {mode}: nothing overflowed"

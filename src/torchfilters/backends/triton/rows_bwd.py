@@ -128,6 +128,27 @@ def _vadj(rows, TP: tl.constexpr, HY: tl.constexpr, VEC: tl.constexpr, ro, H, AC
 
 
 @triton.jit
+def _first_adj(u, T: tl.constexpr, HX: tl.constexpr, VEC: tl.constexpr, left, right, ACC: tl.constexpr):
+    """What the window keeps of a ``u`` row: the row itself where the vertical adjoint pass comes
+    first (``T[2]``: the forward ran the horizontal pass first; the reference's adjoint runs
+    the passes in reverse, and so, here, do overflows), else its horizontal adjoint pass."""
+    if T[2]:
+        return u
+    else:
+        return _hadj(u, T[0], HX, VEC, left, right, ACC)
+
+
+@triton.jit
+def _second_adj(rows, T: tl.constexpr, HX: tl.constexpr, HY: tl.constexpr, VEC: tl.constexpr, ro, H, left,
+                right, ACC: tl.constexpr):
+    """One stencil's input-gradient row from the window (see :func:`_first_adj`)."""
+    if T[2]:
+        return _hadj(_vadj(rows, T[1], HY, len(rows[0]), ro, H, ACC), T[0], HX, VEC, left, right, ACC)
+    else:
+        return _vadj(rows, T[1], HY, VEC, ro, H, ACC)
+
+
+@triton.jit
 def _u_row(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, sok, q, cols, cok, fl, fr, okx, gl, gr, okg,
            ucol, uin, nob, H, W, cval, thr, by0, by1, bx0, bx1, xwin, hw0, hw1,
            MODE: tl.constexpr, SY: tl.constexpr, ACC: tl.constexpr, F64: tl.constexpr, EPI: tl.constexpr,
@@ -258,9 +279,9 @@ def _sweep_bwd(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, o_ptr, o
             gr, okg, ucol, uin, nob, H, W, cval, thr, by0, by1, bx0, bx1, xwin, hw0, hw1, MODE, SY, ACC, F64, EPI, K, S0,
             S1, HAS_MASK, KEEP_BORDER, LX, HX, LY, HY, VEC, INTERP, RESCUE)
         bad = bad | e
-        k0 = k0 + (_hadj(u0, T0[0], HX, VEC, left, right, ACC),)
+        k0 = k0 + (_first_adj(u0, T0, HX, VEC, left, right, ACC),)
         if K == 2:
-            k1 = k1 + (_hadj(u1, T1[0], HX, VEC, left, right, ACC),)
+            k1 = k1 + (_first_adj(u1, T1, HX, VEC, left, right, ACC),)
         if EPI == 3 and i >= HY:
             cw = cw + (c,)
     for o in range(0, BH):
@@ -270,12 +291,12 @@ def _sweep_bwd(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, o_ptr, o
             okg, ucol, uin, nob, H, W, cval, thr, by0, by1, bx0, bx1, xwin, hw0, hw1, MODE, SY, ACC, F64, EPI, K, S0, S1,
             HAS_MASK, KEEP_BORDER, LX, HX, LY, HY, VEC, INTERP, RESCUE)
         bad = bad | e
-        f0 = k0 + (_hadj(u0, T0[0], HX, VEC, left, right, ACC),)  # rows ro - HY .. ro + LY
-        gin = _vadj(f0, T0[1], HY, VEC, ro, H, ACC)
+        f0 = k0 + (_first_adj(u0, T0, HX, VEC, left, right, ACC),)  # rows ro - HY .. ro + LY
+        gin = _second_adj(f0, T0, HX, HY, VEC, ro, H, left, right, ACC)
         k0 = _drop(f0)
         if K == 2:
-            f1 = k1 + (_hadj(u1, T1[0], HX, VEC, left, right, ACC),)
-            g1 = _vadj(f1, T1[1], HY, VEC, ro, H, ACC)
+            f1 = k1 + (_first_adj(u1, T1, HX, VEC, left, right, ACC),)
+            g1 = _second_adj(f1, T1, HX, HY, VEC, ro, H, left, right, ACC)
             k1 = _drop(f1)
             s = ()
             for j in tl.static_range(VEC):
@@ -418,8 +439,8 @@ def _ring(ent, mode, n, index):
 
 
 def _adjoint_const(st, mode, vec, lx, hx, ly, hy):
-    """``(horizontal, vertical)`` adjoint-pass descriptors of one stencil (see :func:`_hadj`,
-    :func:`_vadj`), or None."""
+    """``(horizontal, vertical, vertical first)`` adjoint-pass descriptors of one stencil (see
+    :func:`_hadj`, :func:`_vadj`, :func:`_first_adj`), or None."""
     passes = [p for p in st.passes if p.taps != (1.0,)]
     out = {-1: (False, (), (), (), ()), -2: (False, (), (), (), ())}
     n = 64  # a stand-in length: ring terms only depend on the distance to the edge
@@ -440,7 +461,7 @@ def _adjoint_const(st, mode, vec, lx, hx, ly, hy):
             if any(not 0 <= s <= ly + hy for _, terms in low + high for s, _ in terms):
                 return None
             out[-2] = (True, off, ws, low, high)
-    return out[-1], out[-2]
+    return out[-1], out[-2], len(passes) == 2 and passes[0].axis == -1
 
 
 _CACHE: dict = {}
