@@ -201,10 +201,10 @@ def test_gradcheck_float64(T):
 
 
 def test_fused_and_general_backward_agree(T):
-    x = rand(2, 9, 12, seed=4, dtype=torch.float32)
-    for k, name in enumerate(("gradient-sobel", "gradient_magnitude-scharr-normalized", "gaussian_filter-order",
-                              "selective_blur-sigma-keep_border", "gradient_direction-prewitt")):
-        mode = BASE_MODES[(k + 1) % 5] if k < 4 else "reflect"
+    x = rand(1, 8, 8, seed=4, dtype=torch.float32)
+    for k, name in enumerate(("gradient_magnitude-scharr-normalized", "selective_blur-sigma-keep_border",
+                              "gradient_direction-prewitt")):
+        mode = ("mirror", "wrap", "reflect")[k]
         with ran(T):
             a = grads(name, x, "triton", mode)
         T.ROWS = False
