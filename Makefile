@@ -1,4 +1,4 @@
-# Two setup commands: `make demo` and `make test`. Both create .venv on first use.
+# Setup commands: `make install`, `make demo` and `make test`. Each creates .venv on first use.
 # `make test-full` runs every test grid's whole cross product (slow).
 PYTHON ?= python3
 VENV   := .venv
