@@ -637,3 +637,20 @@ def interpreted_triton():
             del backends.triton
         if old_loaded is not None:
             backends._loaded["triton"] = old_loaded
+
+
+class AtenLog(torch.utils._python_dispatch.TorchDispatchMode):
+    """The aten ops run inside the block (``.ops``): launch paths that must allocate nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+#: aten ops that allocate, upload or write a tensor
+ALLOCATING = ("empty", "zeros", "ones", "full", "tensor", "lift_fresh", "_to_copy", "clone", "copy_", "new_",
+              "scalar_tensor", "arange")

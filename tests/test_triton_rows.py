@@ -33,7 +33,8 @@ import torchfilters as tf
 
 pytest.importorskip("triton")
 
-from conftest import BASE_MODES, cases, examples, interpreted_triton, pattern_mask, rand
+from conftest import (ALLOCATING, BASE_MODES, AtenLog, cases, examples, interpreted_triton,  # noqa: E402
+                      pattern_mask, rand)
 
 pytestmark = pytest.mark.triton
 
@@ -639,23 +640,6 @@ def test_empty_tensors(T, shape):
 # ------------------------------------------------------------ CUDA-graph safety
 
 
-class _AtenLog(torch.utils._python_dispatch.TorchDispatchMode):
-    """The aten ops run inside the block."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(func.__name__)
-        return func(*args, **(kwargs or {}))
-
-
-#: aten ops that allocate, upload or write a tensor
-_ALLOCATING = ("empty", "zeros", "ones", "full", "tensor", "lift_fresh", "_to_copy", "clone", "copy_", "new_",
-               "scalar_tensor", "arange")
-
-
 def test_launch_path_allocates_nothing_but_the_output(T, monkeypatch):
     """With ``out=``, the rows kernel's host path runs no allocating aten op (no table upload, no
     temporary): safe to capture in a CUDA graph.  The kernel itself is stubbed out (the
@@ -672,7 +656,7 @@ def test_launch_path_allocates_nothing_but_the_output(T, monkeypatch):
         orig = getattr(T, name)
 
         def logged(*a, _orig=orig, _name=name, **k):
-            with _AtenLog() as log:
+            with AtenLog() as log:
                 r = _orig(*a, **k)
             logs.setdefault(_name, []).append(log.ops)
             return r
@@ -689,5 +673,5 @@ def test_launch_path_allocates_nothing_but_the_output(T, monkeypatch):
     assert len(launches) == 8 and set(logs) == {"filter_forward", "blur_forward"}
     for name, runs in logs.items():
         for ops in runs[len(runs) // 2:]:
-            bad = [op for op in ops if op.startswith(_ALLOCATING)]
+            bad = [op for op in ops if op.startswith(ALLOCATING)]
             assert not bad, f"{name}: {bad}"

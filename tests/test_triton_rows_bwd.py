@@ -28,7 +28,8 @@ import torchfilters as tf
 
 pytest.importorskip("triton")
 
-from conftest import BASE_MODES, cases, examples, interpreted_triton, pattern_mask, rand  # noqa: E402
+from conftest import (ALLOCATING, BASE_MODES, AtenLog, cases, examples, interpreted_triton,  # noqa: E402
+                      pattern_mask, rand)
 
 pytestmark = pytest.mark.triton
 
@@ -310,20 +311,6 @@ def test_empty(T):
         assert gx.shape == x.shape
 
 
-class _AtenLog(torch.utils._python_dispatch.TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(func.__name__)
-        return func(*args, **(kwargs or {}))
-
-
-_ALLOCATING = ("empty", "zeros", "ones", "full", "tensor", "lift_fresh", "_to_copy", "clone", "copy_", "new_",
-               "scalar_tensor", "arange")
-
-
 def test_backward_allocates_nothing_but_the_result(T, monkeypatch):
     """With ``out=``, the fused backward's host path runs no allocating aten op (no u buffer, no
     table upload): safe under CUDA-graph capture.  The kernel is stubbed out."""
@@ -346,9 +333,9 @@ def test_backward_allocates_nothing_but_the_result(T, monkeypatch):
              (FilterSpec("wrap", 0.0, "stack", (dx, dy)), rand(2, 3, 2, 8, 12, seed=3, dtype=torch.float32))]
     for _ in range(2):
         for spec, grad in specs:
-            with _AtenLog() as log:
+            with AtenLog() as log:
                 T.filter_backward(grad, x, spec, out=out)
-            bad = [op for op in log.ops if op.startswith(_ALLOCATING)]
+            bad = [op for op in log.ops if op.startswith(ALLOCATING)]
             assert not bad, bad
     assert len(launches) == 4
     assert math.prod(launches[0]) >= 1

@@ -380,6 +380,46 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
     return bad_any
 
 
+@triton.jit
+def _tile(NS, n_strips, n_tq, BH, W, BP: tl.constexpr, NQ: tl.constexpr, NC: tl.constexpr, SPP: tl.constexpr,
+          VEC: tl.constexpr):
+    """The program's ``[BP, NQ]`` lanes: ``(sok, plane, r0, c0, cok, cols)``, lane ``l`` chunk
+    ``l % NC`` of strip ``l // NC`` (ids in int32: the host checks that they fit)."""
+    pid = tl.program_id(0)
+    tq = pid % n_tq
+    lane = tl.arange(0, BP)[:, None] * NQ + tl.arange(0, NQ)[None, :]
+    sid = (pid // n_tq) * SPP + lane // NC
+    sok = (sid < NS) & (lane < SPP * NC)
+    sid = tl.minimum(sid, NS - 1)
+    pl = sid // n_strips
+    r0 = (sid - pl * n_strips) * BH
+    c0 = (tq * NC + lane % NC) * VEC
+    return sok, pl, r0, c0, c0 < W, c0[:, :, None] + tl.arange(0, VEC)[None, None, :]
+
+
+@triton.jit
+def _plane(pl, n_inner, s_outer, s_inner, VEC: tl.constexpr):
+    """Element offset (int64) of planes ``pl``, strides given in units of ``VEC``."""
+    return ((pl // n_inner).to(tl.int64) * s_outer + (pl % n_inner).to(tl.int64) * s_inner) * VEC
+
+
+@triton.jit
+def _side_columns(c0, W, MODE: tl.constexpr, SX: tl.constexpr, L: tl.constexpr, R: tl.constexpr,
+                  VEC: tl.constexpr):
+    """``(left, right, inside)``: the ``L`` columns left and ``R`` right of each chunk, folded
+    (nearest first); ``inside`` (constant mode) the left ones' flags, then the right ones'."""
+    fl = ()
+    okx = ()
+    for k in tl.static_range(1, L + 1):
+        fl = fl + (_fold(c0 - k, W, MODE, SX),)
+        okx = okx + (c0 - k >= 0,)
+    fr = ()
+    for k in tl.static_range(1, R + 1):
+        fr = fr + (_fold(c0 + VEC - 1 + k, W, MODE, SX),)
+        okx = okx + (c0 + VEC - 1 + k < W,)
+    return fl, fr, okx
+
+
 @triton.jit(do_not_specialize=["cval_b", "thr_b", "o_sk"])
 def _rows_kernel(
     x_ptr, x_ni, x_so, x_si, x_sh,
@@ -395,33 +435,13 @@ def _rows_kernel(
     """A ``[BP, NQ]`` tile of lanes, each one chunk of ``VEC`` columns of a strip of ``BH`` rows
     (strides in ``VEC`` units): lane ``l`` is chunk ``l % NC`` of strip ``l // NC``, ``SPP`` strips
     a program (``NC`` need not be a power of two: 7 chunks of a 28-wide row fill 7 lanes, not 8)."""
-    # ids in int32 (the host checks that they fit), offsets in int64
-    pid = tl.program_id(0)
-    tq = pid % n_tq
     cval = _from_bits(cval_b, ACC)  # (float64 bits: a float argument would be float32)
     thr = _from_bits(thr_b, ACC)
-    lane = tl.arange(0, BP)[:, None] * NQ + tl.arange(0, NQ)[None, :]
-    sid = (pid // n_tq) * SPP + lane // NC
-    sok = (sid < NS) & (lane < SPP * NC)
-    sid = tl.minimum(sid, NS - 1)
-    pl = sid // n_strips
-    r0 = (sid - pl * n_strips) * BH
-    xb = ((pl // x_ni).to(tl.int64) * x_so + (pl % x_ni).to(tl.int64) * x_si) * VEC
-    mb = ((pl // m_ni).to(tl.int64) * m_so + (pl % m_ni).to(tl.int64) * m_si) * VEC
-    ob = ((pl // o_ni).to(tl.int64) * o_so + (pl % o_ni).to(tl.int64) * o_si) * VEC
-    c0 = (tq * NC + lane % NC) * VEC
-    cok = c0 < W
-    cols = c0[:, :, None] + tl.arange(0, VEC)[None, None, :]
-    # the columns left and right of each chunk, folded once
-    fl = ()
-    okx = ()  # inside the image (constant mode): left ones first, nearest first, then right ones
-    for k in tl.static_range(1, LX + 1):
-        fl = fl + (_fold(c0 - k, W, MODE, SX),)
-        okx = okx + (c0 - k >= 0,)
-    fr = ()
-    for k in tl.static_range(1, HX + 1):
-        fr = fr + (_fold(c0 + VEC - 1 + k, W, MODE, SX),)
-        okx = okx + (c0 + VEC - 1 + k < W,)
+    sok, pl, r0, c0, cok, cols = _tile(NS, n_strips, n_tq, BH, W, BP, NQ, NC, SPP, VEC)
+    xb = _plane(pl, x_ni, x_so, x_si, VEC)
+    mb = _plane(pl, m_ni, m_so, m_si, VEC)
+    ob = _plane(pl, o_ni, o_so, o_si, VEC)
+    fl, fr, okx = _side_columns(c0, W, MODE, SX, LX, HX, VEC)
     bad = _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH, c0, cok, cols, fl, fr,
                  okx, H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
                  KEEP_BORDER, LX, HX, LY, HY, VEC, UNR, INTERP, False, WHOLE)
@@ -550,11 +570,9 @@ _CACHE: dict = {}
 _LOCK = threading.Lock()
 
 
-def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
-    """The launch plan of ``spec`` on ``NP`` planes of ``H x W``, or None.
-
-    ``strides``: every element stride and data pointer (in elements) the launch uses, which
-    must all be multiples of the vector width."""
+def epilogue_of(spec, H, W, dtype, normalized=False):
+    """``(lowered spec, stencils, epilogue)`` of a spec these kernels take (forward and
+    :mod:`.rows_bwd`), or None: float dtypes, one mode, up to two stencils, no normalized blur."""
     if dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         return None
     spec = lower(spec, (H, W))
@@ -572,6 +590,18 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
         return None
     if not isinstance(spec.mode, str):
         return None
+    return spec, stencils, epi
+
+
+def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
+    """The launch plan of ``spec`` on ``NP`` planes of ``H x W``, or None.
+
+    ``strides``: every element stride and data pointer (in elements) the launch uses, which
+    must all be multiples of the vector width."""
+    taken = epilogue_of(spec, H, W, dtype, normalized)
+    if taken is None:
+        return None
+    spec, stencils, epi = taken
     key = (spec, math.copysign(1.0, spec.cval), H, W, min(NP, 4096), dtype)
     vec = _vec(dtype.itemsize, W, *strides)
     hit = _CACHE.get((key, vec))

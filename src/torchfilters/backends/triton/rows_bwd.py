@@ -35,20 +35,17 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
 
-from ..._spec import BlurSpec, FilterSpec
-from .._lowering import lower
 from .footprint import _u_from_y
 from .plan import _MODES, single_fold
 from .prims import _any, _div, _fold
-from .rows import (_BLEND, _DIR, _MAG, _STACK, _bits, _drop, _from_bits, _h_first, _join, _load_row,
-                   _reach, _root, _stencil_const,
-                   _stencil_row, _strided, _to_out, _vec, _with_columns, lanes, strip_rows)
+from .rows import (_DIR, _MAG, RowsPlan, _bits, _drop, _fits, _from_bits, _h_first, _join, _load_row, _plane,
+                   _reach, _root, _side_columns, _stencil_const, _stencil_row, _strided, _tile, _to_out, _vec,
+                   _with_columns, epilogue_of, lanes, strip_rows)
 
 #: the largest reach of a pass the fused backward takes (it must also be below the vector width)
 _MAX_REACH = 3
@@ -67,6 +64,15 @@ def _ring_sum(u, TM: tl.constexpr, ACC: tl.constexpr):
 
 
 @triton.jit
+def _ring_at(acc, u, RING: tl.constexpr, k: tl.constexpr, where, ACC: tl.constexpr):
+    """``acc`` plus, where ``where``, the terms of ``RING`` that target column ``k``."""
+    for e in tl.static_range(len(RING)):
+        if RING[e][0] == k:
+            acc = acc + tl.where(where, _ring_sum(u, RING[e][1], ACC), 0.0)
+    return acc
+
+
+@triton.jit
 def _hadj(u, TP: tl.constexpr, HX: tl.constexpr, VEC: tl.constexpr, left, right, ACC: tl.constexpr):
     """The horizontal adjoint pass at the chunk's ``VEC`` columns of one ``u`` row (``u[i]`` is
     column ``c0 - HX + i``).  ``TP = (has, offsets, weights, left ring, right ring)``; a ring is
@@ -81,12 +87,8 @@ def _hadj(u, TP: tl.constexpr, HX: tl.constexpr, VEC: tl.constexpr, left, right,
             acc = u[HX + k - OFF[0]] * tl.full((), WS[0], ACC)
             for t in tl.static_range(1, len(OFF)):
                 acc = acc + u[HX + k - OFF[t]] * tl.full((), WS[t], ACC)
-            for e in tl.static_range(len(LR)):
-                if LR[e][0] == k:
-                    acc = acc + tl.where(left, _ring_sum(u, LR[e][1], ACC), 0.0)
-            for e in tl.static_range(len(RR)):
-                if RR[e][0] == k:
-                    acc = acc + tl.where(right, _ring_sum(u, RR[e][1], ACC), 0.0)
+            acc = _ring_at(acc, u, LR, k, left, ACC)
+            acc = _ring_at(acc, u, RR, k, right, ACC)
         else:
             acc = u[HX + k]
         out = out + (acc,)
@@ -330,35 +332,17 @@ def _rows_bwd_kernel(
     VEC: tl.constexpr, INTERP: tl.constexpr,
 ):
     """Lanes as :func:`.rows._rows_kernel`'s: chunk ``l % NC`` of strip ``l // NC``."""
-    pid = tl.program_id(0)
-    tq = pid % n_tq
     cval = _from_bits(cval_b, ACC)  # (float64 bits: a float argument would be float32)
     thr = _from_bits(thr_b, ACC)
-    lane = tl.arange(0, BP)[:, None] * NQ + tl.arange(0, NQ)[None, :]
-    sid = (pid // n_tq) * SPP + lane // NC
-    sok = (sid < NS) & (lane < SPP * NC)
-    sid = tl.minimum(sid, NS - 1)
-    pl = sid // n_strips
-    r0 = (sid - pl * n_strips) * BH
-    xb = ((pl // x_ni).to(tl.int64) * x_so + (pl % x_ni).to(tl.int64) * x_si) * VEC
-    mb = ((pl // m_ni).to(tl.int64) * m_so + (pl % m_ni).to(tl.int64) * m_si) * VEC
-    gb = ((pl // g_ni).to(tl.int64) * g_so + (pl % g_ni).to(tl.int64) * g_si) * VEC
-    ob = ((pl // o_ni).to(tl.int64) * o_so + (pl % o_ni).to(tl.int64) * o_si) * VEC
-    c0 = (tq * NC + lane % NC) * VEC
-    cok = c0 < W
-    cols = c0[:, :, None] + tl.arange(0, VEC)[None, None, :]
+    sok, pl, r0, c0, cok, cols = _tile(NS, n_strips, n_tq, BH, W, BP, NQ, NC, SPP, VEC)
+    xb = _plane(pl, x_ni, x_so, x_si, VEC)
+    mb = _plane(pl, m_ni, m_so, m_si, VEC)
+    gb = _plane(pl, g_ni, g_so, g_si, VEC)
+    ob = _plane(pl, o_ni, o_so, o_si, VEC)
     A: tl.constexpr = LX + HX
     # x columns: A either side of the chunk (the stencils at the u columns); u columns: HX left,
-    # LX right (the flipped horizontal pass); both folded once
-    fl = ()
-    fr = ()
-    okx = ()
-    for k in tl.static_range(1, A + 1):
-        fl = fl + (_fold(c0 - k, W, MODE, SX),)
-        okx = okx + (c0 - k >= 0,)
-    for k in tl.static_range(1, A + 1):
-        fr = fr + (_fold(c0 + VEC - 1 + k, W, MODE, SX),)
-        okx = okx + (c0 + VEC - 1 + k < W,)
+    # LX right (the flipped horizontal pass, the nearest of the x ones); both folded once
+    fl, fr, okx = _side_columns(c0, W, MODE, SX, A, A, VEC)
     gl = ()
     gr = ()
     okg = ()
@@ -394,16 +378,6 @@ def _rows_bwd_kernel(
 
 
 # ============================================================================ host side
-
-
-class BwdPlan(NamedTuple):
-    ce: dict  # constexprs (as :class:`.rows.RowsPlan`'s)
-    BP: int
-    BH: int
-    NQ: int
-    n_strips: int
-    n_tq: int
-    warps: int
 
 
 def _target(j, n, mode):
@@ -472,23 +446,10 @@ def plan(spec, H, W, NP, dtype, strides):
     """The launch plan of the backward of ``spec`` on ``NP`` planes of ``H x W``, or None.
 
     ``strides``: every element stride and data pointer (in elements) the launch uses."""
-    if dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+    taken = epilogue_of(spec, H, W, dtype)
+    if taken is None:
         return None
-    spec = lower(spec, (H, W))
-    if isinstance(spec, BlurSpec):
-        if spec.normalized:
-            return None
-        stencils, epi = [spec.stencil], _BLEND
-    elif isinstance(spec, FilterSpec):
-        if spec.epilogue == "sum" or len(spec.stencils) > 2:
-            return None
-        if spec.epilogue == "direction" and len(spec.stencils) != 2:
-            return None
-        stencils, epi = list(spec.stencils), {"stack": _STACK, "magnitude": _MAG, "direction": _DIR}[spec.epilogue]
-    else:
-        return None
-    if not isinstance(spec.mode, str):
-        return None
+    spec, stencils, epi = taken
     vec = _vec(dtype.itemsize, W, *strides)
     key = (spec, math.copysign(1.0, spec.cval), H, W, min(NP, 4096), dtype, vec)
     hit = _CACHE.get(key, False)
@@ -533,13 +494,7 @@ def _make(spec, stencils, epi, H, W, NP, dtype, vec):
         EPI=epi, K=len(consts), S0=consts[0], S1=consts[-1], T0=adj[0], T1=adj[-1],
         LX=lx, HX=hx, LY=ly, HY=hy, BP=BP, NQ=NQ, NC=NC, SPP=SPP, VEC=vec,
     )
-    return BwdPlan(ce, SPP, BH, NC, n_strips, n_tq, warps)
-
-
-def _fits(p, NP):
-    if NP * p.n_strips >= 2**31 or -(-NP * p.n_strips // p.BP) * p.n_tq >= 2**31:
-        return None
-    return p
+    return RowsPlan(ce, SPP, BH, NC, n_strips, n_tq, warps)
 
 
 def launch(kernel_plan, x, mask, grad, out, NP, H, W, cval, thr, ext, keep_border, g_k_stride=0):
