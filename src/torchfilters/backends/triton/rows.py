@@ -256,6 +256,17 @@ def _from_bits(b, ACC: tl.constexpr):
 
 
 @triton.jit
+def _off_root(sq, y0, y1, F64: tl.constexpr):
+    """Where the sum of squares ``sq`` of ``y0``, ``y1`` is outside :func:`_root`'s range: overflow
+    (inf), or below 2**-100 while a component is not 0 (an exact 0 stays on the fast path)."""
+    if F64:
+        low = 1.0020841800044864e-292  # (2**-970: any bound at or above DBL_MIN is exact)
+    else:
+        low = 7.888609052210118e-31
+    return (sq == float("inf")) | ((sq < low) & ((tl.abs(y0) + tl.abs(y1)) > 0))
+
+
+@triton.jit
 def _drop(t):
     """``t`` without its first element (the window's oldest row)."""
     out = ()
@@ -346,13 +357,7 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
                 sq = y0 * y0
                 if K == 2:
                     sq += y1 * y1
-                # outside _root's range: overflow (inf), or below 2**-100 while a component is not 0
-                # (an exact 0 stays on the fast path)
-                if F64:
-                    low = 1.0020841800044864e-292  # (2**-970: any bound at or above DBL_MIN is exact)
-                else:
-                    low = 7.888609052210118e-31
-                edge = (sq == float("inf")) | ((sq < low) & ((tl.abs(y0) + tl.abs(y1)) > 0))
+                edge = _off_root(sq, y0, y1, F64)
                 if RESCUE:  # SciPy's rescaling where the sum is inf or subnormal, else the root
                     bad = _mag_bad(sq, y0, y1, K, F64)
                     m, mm, t0, t1, q = _mag_scaled(y0, y1, bad, K, F64)

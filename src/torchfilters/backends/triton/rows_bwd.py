@@ -43,9 +43,9 @@ import triton.language as tl
 from .footprint import _u_from_y
 from .plan import _MODES, single_fold
 from .prims import _any, _div, _fold
-from .rows import (_DIR, _MAG, RowsPlan, _bits, _drop, _fits, _from_bits, _h_first, _join, _load_row, _plane,
-                   _reach, _root, _side_columns, _stencil_const, _stencil_row, _strided, _tile, _to_out, _vec,
-                   _with_columns, epilogue_of, lanes, strip_rows)
+from .rows import (_DIR, _MAG, RowsPlan, _bits, _drop, _fits, _from_bits, _h_first, _join, _load_row,
+                   _off_root, _plane, _reach, _root, _side_columns, _stencil_const, _stencil_row, _strided, _tile,
+                   _to_out, _vec, _with_columns, epilogue_of, lanes, strip_rows)
 
 #: the largest reach of a pass the fused backward takes (it must also be below the vector width)
 _MAX_REACH = 3
@@ -165,8 +165,8 @@ def _u_row(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, sok, q, cols
     A: tl.constexpr = LX + HX
     gv, qin = _load_row(g_ptr, gb, g_sh, q, sok, cols, cok, gl, gr, okg, H, cval, MODE, SY, ACC, HX, LX, VEC)
     if K == 2 and EPI == 0:
-        gv1, _q = _load_row(g_ptr + g_sk.to(tl.int64) * VEC, gb, g_sh, q, sok, cols, cok, gl, gr, okg, H, cval, MODE, SY, ACC, HX,
-                            LX, VEC)
+        gv1, _q = _load_row(g_ptr + g_sk.to(tl.int64) * VEC, gb, g_sh, q, sok, cols, cok, gl, gr, okg, H, cval,
+                            MODE, SY, ACC, HX, LX, VEC)
     else:
         gv1 = gv
     edge = nob  # (all false)
@@ -200,11 +200,7 @@ def _u_row(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, sok, q, cols
                 sc = tl.where(zero, 0.0, _div(gv[i], tl.where(zero, 1.0, _root(s, F64, INTERP)), F64))
                 v0 = sc * a
                 v1 = sc * b
-                if F64:
-                    low = 1.0020841800044864e-292
-                else:
-                    low = 7.888609052210118e-31
-                edge = edge | (s == float("inf")) | ((s < low) & (tl.maximum(tl.abs(a), tl.abs(b)) > 0))
+                edge = edge | _off_root(s, a, b, F64)
             ok = uin[i] & qin
             if MODE != 3:
                 v0 = tl.where(ok, v0, 0.0)
@@ -278,8 +274,8 @@ def _sweep_bwd(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, o_ptr, o
     for i in tl.static_range(LY + HY):
         u0, u1, c, xwin, hw0, hw1, e = _u_row(
             x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, sok, r0 - HY + i, cols, cok, fl, fr, okx, gl,
-            gr, okg, ucol, uin, nob, H, W, cval, thr, by0, by1, bx0, bx1, xwin, hw0, hw1, MODE, SY, ACC, F64, EPI, K, S0,
-            S1, HAS_MASK, KEEP_BORDER, LX, HX, LY, HY, VEC, INTERP, RESCUE)
+            gr, okg, ucol, uin, nob, H, W, cval, thr, by0, by1, bx0, bx1, xwin, hw0, hw1, MODE, SY, ACC, F64, EPI, K,
+            S0, S1, HAS_MASK, KEEP_BORDER, LX, HX, LY, HY, VEC, INTERP, RESCUE)
         bad = bad | e
         k0 = k0 + (_first_adj(u0, T0, HX, VEC, left, right, ACC),)
         if K == 2:
@@ -290,8 +286,8 @@ def _sweep_bwd(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, o_ptr, o
         ro = r0 + o
         u0, u1, c, xwin, hw0, hw1, e = _u_row(
             x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, sok, ro + LY, cols, cok, fl, fr, okx, gl, gr,
-            okg, ucol, uin, nob, H, W, cval, thr, by0, by1, bx0, bx1, xwin, hw0, hw1, MODE, SY, ACC, F64, EPI, K, S0, S1,
-            HAS_MASK, KEEP_BORDER, LX, HX, LY, HY, VEC, INTERP, RESCUE)
+            okg, ucol, uin, nob, H, W, cval, thr, by0, by1, bx0, bx1, xwin, hw0, hw1, MODE, SY, ACC, F64, EPI, K, S0,
+            S1, HAS_MASK, KEEP_BORDER, LX, HX, LY, HY, VEC, INTERP, RESCUE)
         bad = bad | e
         f0 = k0 + (_first_adj(u0, T0, HX, VEC, left, right, ACC),)  # rows ro - HY .. ro + LY
         gin = _second_adj(f0, T0, HX, HY, VEC, ro, H, left, right, ACC)
@@ -381,7 +377,8 @@ def _rows_bwd_kernel(
 
 
 def _target(j, n, mode):
-    """Where padded position ``j`` (outside ``[0, n)``, within one reflection) folds to."""
+    """Where padded position ``j`` (outside ``[0, n)``, within one reflection) folds to
+    (``reference.fold_indices``' rule, in plain ints: planning allocates no tensor)."""
     if mode == "reflect":
         return -1 - j if j < 0 else 2 * n - 1 - j
     if mode == "mirror":
@@ -393,14 +390,15 @@ def _ring(ent, mode, n, index):
     """The adjoint of one pass's padded positions, as ``(low ring, high ring)``.
 
     ``ent``: ``[(offset, weight)]`` (non-zero weights); ``n``: a stand-in axis length (the terms
-    are the same for every long axis); ``index(pos, target)``: the register slot of sample ``pos`` when producing ``target``.
+    are the same for every long axis); ``index(pos, target)``: the register slot of sample
+    ``pos`` when producing ``target``.
     Each ring is ``((target key, ((slot, weight), ...)), ...)``."""
     if mode not in ("reflect", "mirror", "nearest"):
         return (), ()
     lo = max(0, -min(o for o, _ in ent))
     hi = max(0, max(o for o, _ in ent))
     rings = []
-    for side, js in ((0, range(-lo, 0)), (1, range(n, n + hi))):
+    for js in (range(-lo, 0), range(n, n + hi)):
         by = {}
         for j in js:
             t = _target(j, n, mode)
