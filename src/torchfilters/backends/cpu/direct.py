@@ -659,30 +659,27 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
                         _d3_run(R0, R1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T, tq, w,
                                 omis, bp)
                 # the first / last row (the row fold), and the border columns (the column fold;
-                # under FOLD only where the run did not go: its first and last position)
-                if FOLD != 0 and run:
-                    for i in range(ra, ia):
-                        if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True,
-                                   True) == eall and MAGK:
-                            _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
-                    for i in range(ib, rb):
-                        if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True,
-                                   True) == eall and MAGK:
-                            _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
-                    if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, ia, H, W, fy0, fy1, dl0, dr1, T, w, True,
-                               False) == eall and MAGK:
-                        _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, ia, H, W, fy0, fy1, dl0, dr1, T, w, True, False)
-                    if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, ib - 1, H, W, fy0, fy1, dl0, dr1, T, w, False,
-                               True) == eall and MAGK:
-                        _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, ib - 1, H, W, fy0, fy1, dl0, dr1, T, w, False,
-                                True)
-                else:
-                    if STRM and run:
-                        _fence()  # (the border columns are stored over the run's)
-                    for i in range(ra, rb):
-                        if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True,
-                                   True) == eall and MAGK:
-                            _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, True, True)
+                # under FOLD only where the run did not go: its first and last position): one
+                # loop over (row, column 0?, column W-1?) tasks, so that each row variant has one
+                # call site (each site is a copy of the row's code: compile time)
+                part = FOLD != 0 and run
+                if STRM and run and not part:
+                    _fence()  # (the border columns are stored over the run's)
+                n_top = ia - ra if part else rb - ra
+                n_bot = rb - ib if part else 0
+                for k in range(n_top + n_bot + (2 if part else 0)):
+                    c0 = c1 = True
+                    if k < n_top:
+                        i = ra + k
+                    elif k < n_top + n_bot:
+                        i = ib + (k - n_top)
+                    elif k == n_top + n_bot:
+                        i, c1 = ia, False
+                    else:
+                        i, c0 = ib - 1, False
+                    if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0,
+                               c1) == eall and MAGK:
+                        _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1)
         if STRM:
             _fence()  # the non-temporal stores are visible to the thread that returns the output
         return F.size + Da.size + La.size + Ta.size + buf.size
