@@ -442,3 +442,41 @@ def test_overflowing_upstream_gradient(T):
             g = torch.full(y.shape, 3e38)
             gx = check_op(T, name, x, mode, g=g)
             assert not torch.isfinite(gx).all(), f"{name} {mode}: nothing overflowed"
+
+
+def test_int64_offsets_give_the_int32_bits(T, monkeypatch):
+    """Offsets are int32 unless a tensor of the launch spans 2**31 elements (``needs_i64``): the
+    int64 variant of both kernels gives the same bits (stacked pair, mask, magnitude backward)."""
+    x = rand(2, 9, 12, seed=3, dtype=torch.float32)
+    mask = pattern_mask(9, 12)
+    cases = {
+        "gradient": lambda t: tf.gradient(t, operator="sobel", mode="wrap", backend="triton"),
+        "selective_blur-mask": lambda t: tf.selective_blur(t, mask=mask, mode="nearest", backend="triton"),
+        "gradient_magnitude": lambda t: tf.gradient_magnitude(t, mode="constant", cval=CVAL, backend="triton"),
+    }
+
+    def run_all():
+        out = {}
+        for name, f in cases.items():
+            xx = x.detach().requires_grad_(True)
+            y = f(xx)
+            (gx,) = torch.autograd.grad(y, xx, rand(*y.shape, seed=4, dtype=y.dtype))
+            out[name] = (y, gx)
+        return out
+
+    needs = T._rows.needs_i64
+    launched = T.LAUNCHES["rows"] + T.LAUNCHES["rows_bwd"]
+    narrow = run_all()
+    assert T.LAUNCHES["rows"] + T.LAUNCHES["rows_bwd"] == launched + 6
+    for mod in (T._rows, T._rows_bwd):
+        monkeypatch.setattr(mod, "needs_i64", lambda *t, k_stride=0: True)
+    wide = run_all()
+    for name in cases:
+        for a, b in zip(narrow[name], wide[name]):
+            assert torch.equal(a, b) and torch.equal(a.signbit(), b.signbit()), name
+    # the rule: spans (meta tensors: no memory) of 2**31 elements or more, rows past the plane included
+    assert not needs(torch.empty(3, 8, 8), None)
+    assert needs(torch.empty(3, 2**30, device="meta"))
+    assert needs(torch.empty(2**31 - 4, 1, device="meta"))  # the reach past the last row
+    assert not needs(torch.empty(2**20, 2**10, device="meta"))
+    assert needs(torch.empty(4, 8), k_stride=2**31)

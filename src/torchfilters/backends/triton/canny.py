@@ -224,7 +224,7 @@ def canny_edges(smoothed, emask, low, high, use_quantiles):
     while True:
         flag.zero_()
         for _ in range(CHECK_EVERY):
-            _hyst_kernel[hgrid](cls, flag, H, W, BH=HB, BW=HW, INNER=_TILE["inner"])
+            _hyst_kernel[hgrid](cls, flag, H, W, BH=HB, BW=HW, INNER=_TILE["inner"], enable_fp_fusion=False)
             LAUNCHES["hysteresis"] += 1
         if int(flag.item()) == 0:  # the only host read: once per CHECK_EVERY launches
             break

@@ -798,7 +798,7 @@ def _fwd_med3x3(x4, y4, spec, cval):
         _med3x3[grid](x4, y4, NP, D, H, W, *x4.stride(), *y4.stride(), n_th, n_tw, LY=ly, LX=lx,
                       FAST=-4 <= lx <= 2 and x4.stride(-1) == 1, MY=_MODES[modes[1]], MX=_MODES[modes[2]], SY=_single(H, ly, ly + 2, modes[1]),
                       SX=_single(W, lx, lx + 2, modes[2]), CVAL=cval, ACC=_ACC[_acc(x4.dtype)],
-                      BP=BP, BH=BH, BG=BG, num_warps=warps)
+                      BP=BP, BH=BH, BG=BG, num_warps=warps, enable_fp_fusion=False)
     LAUNCHES["rank_med3x3"] += 1
 
 
@@ -820,7 +820,7 @@ def _fwd_net(x4, y4, spec, cval):
     grid = (-(-NP // BP) * n_th * n_tw,)
     with _device(x4):
         kern[grid](x4, y4, NP, D, H, W, *x4.stride(), *y4.stride(), n_th, n_tw,
-                   BP=BP, BH=BH, BW=BW, num_warps=warps)
+                   BP=BP, BH=BH, BW=BW, num_warps=warps, enable_fp_fusion=False)
     LAUNCHES["rank_net"] += 1
 
 
@@ -843,14 +843,15 @@ def _fwd_minmax(x4, y4, spec, passes, cval):
                 _gw_pass[(-(-NP // gBP) * g_th * g_tw,)](
                     src, dst, NP, D, H, W, *src.stride(), *dst.stride(), g_th, g_tw, lo, K=k, CVAL=cval,
                     AXIS=axis, MODE=_MODES[modes[axis]], SINGLE=single, MAX=spec.rank != 0, ACC=ACC,
-                    BP=gBP, BH=gBH, BW=gBW, L=L, num_warps=gwarps)
+                    BP=gBP, BH=gBH, BW=gBW, L=L, num_warps=gwarps, enable_fp_fusion=False)
             LAUNCHES["rank_gw"] += 1
             src = dst
             continue
         with _device(x4):
             _minmax_pass[grid](src, dst, NP, D, H, W, *src.stride(), *dst.stride(), n_th, n_tw,
                                lo, k, CVAL=cval, AXIS=axis, MODE=_MODES[modes[axis]], SINGLE=single,
-                               MAX=spec.rank != 0, ACC=ACC, BP=BP, BH=BH, BW=BW, num_warps=warps)
+                               MAX=spec.rank != 0, ACC=ACC, BP=BP, BH=BH, BW=BW, num_warps=warps,
+                               enable_fp_fusion=False)
         LAUNCHES["rank_minmax"] += 1
         src = dst
 
@@ -969,6 +970,7 @@ def rank_backward(grad, x, y, spec: RankSpec, out=None):
             DZ=tuple(o[0] for o in offs) if unroll else (), DY=tuple(o[1] for o in offs) if unroll else (),
             DX=tuple(o[2] for o in offs) if unroll else (),
             ACC=tl.float64 if acc == torch.float64 else tl.float32, BP=BP, BH=BH, BW=BW, num_warps=warps,
+            enable_fp_fusion=False,
         )
     LAUNCHES["rank_bwd"] += 1
     res = buf.view(x.shape)

@@ -283,7 +283,7 @@ def _load_row(x_ptr, xb, x_sh, r, sok, cols, cok, fl, fr, okx, H, cval, MODE: tl
     rf = _fold(r, H, MODE, SY)
     rin = (r >= 0) & (r < H)
     ok = sok & rin if MODE == 4 else sok
-    rb = xb + rf.to(tl.int64) * (x_sh * VEC)
+    rb = xb + rf.to(xb.dtype) * (x_sh * VEC)  # (int32 offsets unless a tensor needs int64: I64)
     v = tl.load(x_ptr + rb[:, :, None] + cols, mask=(ok & cok)[:, :, None],
                 other=0.0).to(ACC)
     if MODE == 4:
@@ -348,11 +348,11 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
                 smask = (sok & cok & (ro < BH))[:, :, None]
             else:
                 smask = (sok & cok & (ro < H) & (ro < r0 + BH))[:, :, None]
-            optr = o_ptr + (ob + ro.to(tl.int64) * (o_sh * VEC))[:, :, None] + cols
+            optr = o_ptr + (ob + ro.to(ob.dtype) * (o_sh * VEC))[:, :, None] + cols
             if EPI == 0:
                 tl.store(optr, _to_out(y0, OT, INTERP), mask=smask)
                 if K == 2:
-                    tl.store(optr + o_sk.to(tl.int64) * VEC, _to_out(y1, OT, INTERP), mask=smask)
+                    tl.store(optr + o_sk.to(ob.dtype) * VEC, _to_out(y1, OT, INTERP), mask=smask)
             elif EPI == 1:
                 sq = y0 * y0
                 if K == 2:
@@ -371,7 +371,7 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
             else:  # selective blur: blur where selected (and outside a kept border), else x
                 xv = _join(_mid(full[LY], LX, VEC), VEC)
                 if HAS_MASK:
-                    mptr = m_ptr + (mb + ro.to(tl.int64) * (m_sh * VEC))[:, :, None] + cols
+                    mptr = m_ptr + (mb + ro.to(mb.dtype) * (m_sh * VEC))[:, :, None] + cols
                     w = tl.load(mptr, mask=smask, other=0) != 0
                 else:
                     w = xv >= thr
@@ -403,9 +403,14 @@ def _tile(NS, n_strips, n_tq, BH, W, BP: tl.constexpr, NQ: tl.constexpr, NC: tl.
 
 
 @triton.jit
-def _plane(pl, n_inner, s_outer, s_inner, VEC: tl.constexpr):
-    """Element offset (int64) of planes ``pl``, strides given in units of ``VEC``."""
-    return ((pl // n_inner).to(tl.int64) * s_outer + (pl % n_inner).to(tl.int64) * s_inner) * VEC
+def _plane(pl, n_inner, s_outer, s_inner, VEC: tl.constexpr, I64: tl.constexpr):
+    """Element offset of planes ``pl``, strides given in units of ``VEC``: int64 where a tensor of
+    the launch spans ``2**31`` elements or more (``I64``), else int32, and so every offset computed
+    from it (an int64 row offset costs five instructions a row, int32 one)."""
+    if I64:
+        return ((pl // n_inner).to(tl.int64) * s_outer + (pl % n_inner).to(tl.int64) * s_inner) * VEC
+    else:
+        return ((pl // n_inner) * s_outer + (pl % n_inner) * s_inner) * VEC
 
 
 @triton.jit
@@ -435,7 +440,7 @@ def _rows_kernel(
     EPI: tl.constexpr, K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, HAS_MASK: tl.constexpr,
     KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr, HY: tl.constexpr,
     BP: tl.constexpr, NQ: tl.constexpr, NC: tl.constexpr, SPP: tl.constexpr, VEC: tl.constexpr,
-    UNR: tl.constexpr, INTERP: tl.constexpr, WHOLE: tl.constexpr,
+    UNR: tl.constexpr, INTERP: tl.constexpr, WHOLE: tl.constexpr, I64: tl.constexpr,
 ):
     """A ``[BP, NQ]`` tile of lanes, each one chunk of ``VEC`` columns of a strip of ``BH`` rows
     (strides in ``VEC`` units): lane ``l`` is chunk ``l % NC`` of strip ``l // NC``, ``SPP`` strips
@@ -443,9 +448,9 @@ def _rows_kernel(
     cval = _from_bits(cval_b, ACC)  # (float64 bits: a float argument would be float32)
     thr = _from_bits(thr_b, ACC)
     sok, pl, r0, c0, cok, cols = _tile(NS, n_strips, n_tq, BH, W, BP, NQ, NC, SPP, VEC)
-    xb = _plane(pl, x_ni, x_so, x_si, VEC)
-    mb = _plane(pl, m_ni, m_so, m_si, VEC)
-    ob = _plane(pl, o_ni, o_so, o_si, VEC)
+    xb = _plane(pl, x_ni, x_so, x_si, VEC, I64)
+    mb = _plane(pl, m_ni, m_so, m_si, VEC, I64)
+    ob = _plane(pl, o_ni, o_so, o_si, VEC, I64)
     fl, fr, okx = _side_columns(c0, W, MODE, SX, LX, HX, VEC)
     bad = _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH, c0, cok, cols, fl, fr,
                  okx, H, W, cval, thr, by0, by1, bx0, bx1, MODE, SY, ACC, F64, EPI, K, S0, S1, HAS_MASK,
@@ -647,6 +652,20 @@ def _fits(p, NP):
     return p
 
 
+def needs_i64(*tensors, k_stride=0):
+    """Whether a launch on ``tensors`` needs int64 element offsets: one of them spans ``2**31``
+    elements or more, counting the rows a stencil reads past the plane (constant mode computes
+    their offsets before masking them) and the second output component (``k_stride``)."""
+    for t in tensors:
+        if t is None or t.numel() == 0:
+            continue
+        span = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride()))
+        span += (_MAX_REACH + 1) * abs(t.stride(-2)) + abs(int(k_stride)) + t.shape[-1]
+        if span >= 2**31:
+            return True
+    return False
+
+
 def _strided(t):
     """``(n_inner, s_outer, s_inner, s_h)`` of ``t``'s planes, or None when its rows are not
     contiguous (the general kernel then runs)."""
@@ -677,6 +696,6 @@ def launch(kernel_plan, x, mask, out, NP, H, W, cval, thr, ext, keep_border, k_s
         NP * kernel_plan.n_strips, kernel_plan.n_strips, kernel_plan.n_tq, kernel_plan.BH, H, W, _bits(cval),
         _bits(thr),
         by0, by1, bx0, bx1, **ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border,
-        INTERP=type(_rows_kernel).__name__ == "InterpretedFunction",
+        INTERP=type(_rows_kernel).__name__ == "InterpretedFunction", I64=needs_i64(x, mask, out, k_stride=k_stride),
         num_warps=kernel_plan.warps, enable_fp_fusion=False,
     )

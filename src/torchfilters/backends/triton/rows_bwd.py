@@ -45,7 +45,7 @@ from .plan import _MODES, single_fold
 from .prims import _any, _div, _fold
 from .rows import (_DIR, _MAG, RowsPlan, _bits, _drop, _fits, _from_bits, _h_first, _join, _load_row,
                    _off_root, _plane, _reach, _root, _side_columns, _stencil_const, _stencil_row, _strided, _tile,
-                   _to_out, _vec, _with_columns, epilogue_of, lanes, strip_rows)
+                   _to_out, _vec, _with_columns, epilogue_of, lanes, needs_i64, strip_rows)
 
 #: the largest reach of a pass the fused backward takes (it must also be below the vector width)
 _MAX_REACH = 3
@@ -165,7 +165,7 @@ def _u_row(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, sok, q, cols
     A: tl.constexpr = LX + HX
     gv, qin = _load_row(g_ptr, gb, g_sh, q, sok, cols, cok, gl, gr, okg, H, cval, MODE, SY, ACC, HX, LX, VEC)
     if K == 2 and EPI == 0:
-        gv1, _q = _load_row(g_ptr + g_sk.to(tl.int64) * VEC, gb, g_sh, q, sok, cols, cok, gl, gr, okg, H, cval,
+        gv1, _q = _load_row(g_ptr + g_sk.to(gb.dtype) * VEC, gb, g_sh, q, sok, cols, cok, gl, gr, okg, H, cval,
                             MODE, SY, ACC, HX, LX, VEC)
     else:
         gv1 = gv
@@ -308,7 +308,7 @@ def _sweep_bwd(x_ptr, xb, x_sh, g_ptr, gb, g_sh, g_sk, m_ptr, mb, m_sh, o_ptr, o
             gin = s
             cw = _drop(cf)
         smask = (sok & cok & (ro < H) & (ro < r0 + BH))[:, :, None]
-        optr = o_ptr + (ob + ro.to(tl.int64) * (o_sh * VEC))[:, :, None] + cols
+        optr = o_ptr + (ob + ro.to(ob.dtype) * (o_sh * VEC))[:, :, None] + cols
         # (+ 0.0: the reference sums onto zeros, so a zero gradient is +0.0)
         tl.store(optr, _to_out(_join(gin, VEC) + 0.0, OT, INTERP), mask=smask)
     return bad
@@ -325,16 +325,16 @@ def _rows_bwd_kernel(
     EPI: tl.constexpr, K: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr, T0: tl.constexpr, T1: tl.constexpr,
     HAS_MASK: tl.constexpr, KEEP_BORDER: tl.constexpr, LX: tl.constexpr, HX: tl.constexpr, LY: tl.constexpr,
     HY: tl.constexpr, BP: tl.constexpr, NQ: tl.constexpr, NC: tl.constexpr, SPP: tl.constexpr,
-    VEC: tl.constexpr, INTERP: tl.constexpr,
+    VEC: tl.constexpr, INTERP: tl.constexpr, I64: tl.constexpr,
 ):
     """Lanes as :func:`.rows._rows_kernel`'s: chunk ``l % NC`` of strip ``l // NC``."""
     cval = _from_bits(cval_b, ACC)  # (float64 bits: a float argument would be float32)
     thr = _from_bits(thr_b, ACC)
     sok, pl, r0, c0, cok, cols = _tile(NS, n_strips, n_tq, BH, W, BP, NQ, NC, SPP, VEC)
-    xb = _plane(pl, x_ni, x_so, x_si, VEC)
-    mb = _plane(pl, m_ni, m_so, m_si, VEC)
-    gb = _plane(pl, g_ni, g_so, g_si, VEC)
-    ob = _plane(pl, o_ni, o_so, o_si, VEC)
+    xb = _plane(pl, x_ni, x_so, x_si, VEC, I64)
+    mb = _plane(pl, m_ni, m_so, m_si, VEC, I64)
+    gb = _plane(pl, g_ni, g_so, g_si, VEC, I64)
+    ob = _plane(pl, o_ni, o_so, o_si, VEC, I64)
     A: tl.constexpr = LX + HX
     # x columns: A either side of the chunk (the stencils at the u columns); u columns: HX left,
     # LX right (the flipped horizontal pass, the nearest of the x ones); both folded once
@@ -514,5 +514,6 @@ def launch(kernel_plan, x, mask, grad, out, NP, H, W, cval, thr, ext, keep_borde
         NP * kernel_plan.n_strips, kernel_plan.n_strips, kernel_plan.n_tq, kernel_plan.BH, H, W, _bits(cval),
         _bits(thr), by0, by1, bx0, bx1, **ce, HAS_MASK=mask is not None, KEEP_BORDER=keep_border,
         INTERP=type(_rows_bwd_kernel).__name__ == "InterpretedFunction",
+        I64=needs_i64(x, mask, grad, out, k_stride=g_k_stride),
         num_warps=kernel_plan.warps, enable_fp_fusion=False,
     )
