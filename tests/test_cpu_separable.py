@@ -373,3 +373,59 @@ def test_packed_taps_round_trip():
     assert len(got) == len(taps)
     assert all((a == b and math.copysign(1, a) == math.copysign(1, b)) or (a != a and b != b) for a, b in zip(got, taps))
     assert back.stencils[0].passes[1] == spec.stencils[0].passes[1] and math.copysign(1, back.cval) < 0
+
+
+def _sp_laplace(x, sigma, **kw):
+    a = x.double().numpy()
+    return np.stack([ndi.gaussian_laplace(p, sigma, **kw) for p in a.reshape(-1, *a.shape[-2:])]).reshape(a.shape)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_gaussian_laplace_runs_as_two_separable_launches(mode, launches, monkeypatch):
+    """A 2-D ``gaussian_laplace`` (``G''_y G_x + G_y G''_x``, a ``sum`` of two stencils) is two
+    launches of the fast path, the second adding to the first: SciPy's float64 bits in every
+    mode (its sequential constant modes too, which the tiled engine gets within an ulp), and in
+    the other modes the tiled engine's bits in float32 and float64."""
+    shapes = ((1, 1), (2, 1), (1, 9), (7, 9), (17, 33), (28, 28), (5, 70))
+    for h, w in shapes:
+        for sigma in (2.0, (0.7, 1.5), (1.2, 0)):
+            x = rand(2, h, w, seed=h * 31 + w)
+            launches.clear()
+            y = tf.gaussian_laplace(x, sigma, mode=mode, cval=CVAL, backend="cpu")
+            assert len(launches) == 2 and _fast(launches), (h, w, sigma)
+            want = _sp_laplace(x, sigma, mode=mode, cval=CVAL)
+            assert np.array_equal(y.numpy(), want), (h, w, sigma, np.abs(y.numpy() - want).max())
+            xf = x.float()
+            yf = tf.gaussian_laplace(xf, sigma, mode=mode, cval=CVAL, backend="cpu")
+            assert_close(yf, want, rtol=2e-6, msg=f"float32 {h}x{w} {sigma}")
+            if mode not in ("constant", "grid-constant"):  # (the tiled engine's correction terms)
+                with monkeypatch.context() as m:
+                    m.setattr(cpu, "sep_sum_info", lambda *a: None)
+                    for t, r in ((x, y), (xf, yf)):
+                        assert torch.equal(tf.gaussian_laplace(t, sigma, mode=mode, cval=CVAL, backend="cpu"), r)
+
+
+def test_gaussian_laplace_layouts_out_and_low_precision(launches):
+    x = rand(2, 3, 20, 26, seed=21)
+    want = _sp_laplace(x, 1.7, mode="mirror")
+    outs = {
+        "contiguous": torch.empty_like(x),
+        "transposed (strided rows)": torch.empty(2, 3, 26, 20, dtype=x.dtype).transpose(-1, -2),
+    }
+    for name, out in outs.items():
+        out.fill_(float("nan"))
+        assert tf.gaussian_laplace(x, 1.7, mode="mirror", out=out, backend="cpu") is out
+        assert np.array_equal(out.numpy(), want), name
+    y = x.clone()  # out= the input: through a temporary (the second launch reads the input again)
+    tf.gaussian_laplace(y, 1.7, mode="mirror", out=y, backend="cpu")
+    assert np.array_equal(y.numpy(), want)
+    assert np.array_equal(tf.gaussian_laplace(x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2), 1.7,
+                                              mode="mirror", backend="cpu").numpy(), want)
+    assert _fast(launches)
+    # 16-bit: the tiled engine (two launches would round the first term before the sum)
+    launches.clear()
+    for dt in (torch.float16, torch.bfloat16):
+        yh = tf.gaussian_laplace(x.to(dt), 1.7, mode="mirror", backend="cpu")
+        assert yh.dtype == dt
+        assert_close(yh, _sp_laplace(x.to(dt), 1.7, mode="mirror"), rtol=1e-2)
+    assert launches and not any(fn is separable._k_sep for fn in launches)

@@ -43,7 +43,7 @@ from .direct import _STREAM_BYTES, _STREAM_MIN_W, _d3_plan
 from .forward import _K_FILTER_FWD, _k_blur_fwd
 from .plan import _blocking, _info, _plan, _prepare, _small
 from .prims import _CARRIER, _DTYPES
-from .separable import _k_sep, inplace_ok, sep_info, sep_plan
+from .separable import _k_sep, inplace_ok, sep_info, sep_plan, sep_sum_info
 from .tables import R_O, R_X
 from .threads import _launch, _threads
 
@@ -82,6 +82,9 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
         _launch(kernel, args + (D, F, T, L), nitems, nt, _small(N, H, W))
     elif (sinfo := sep_info(spec)) is not None:  # symmetric 1-D passes: the separable path
         _sep_launch(x, o2, L, sinfo, H, W, N, nt)
+    elif (sums := sep_sum_info(spec, x.dtype)) is not None:  # a sum of two such: two launches
+        _sep_launch(x, o2, L, sums[0], H, W, N, nt)
+        _sep_launch(x, o2, L, sums[1], H, W, N, nt, accumulate=True)
     else:
         P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
         _launch(_K_FILTER_FWD[info.epi], args + (P, F, L), -(-N // mp) * per, nt, _small(N, H, W))
@@ -90,19 +93,20 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
     return o
 
 
-def _sep_launch(x, o2, L, sinfo, H, W, N, nt):
-    """The symmetric separable path (``separable``) on prepared tensors."""
+def _sep_launch(x, o2, L, sinfo, H, W, N, nt, accumulate=False):
+    """The symmetric separable path (``separable``) on prepared tensors (``accumulate``: added to
+    ``o2``'s values)."""
     isz = x.element_size()
     native = x.dtype in (torch.float32, torch.float64)
     inplace = native and x.data_ptr() % isz == 0 and inplace_ok(x, isz, sinfo)
     direct = native and (o2.stride(-1) == 1 or W == 1) and o2.data_ptr() % isz == 0
     # outputs larger than the last-level cache, of wide rows whose vectors are whole lines:
     # non-temporal stores (no read for ownership: a third less memory traffic)
-    stream = (direct and o2.numel() * isz >= _STREAM_BYTES and W >= _STREAM_MIN_W and o2.data_ptr() % 64 == 0
-              and all(s * isz % 64 == 0 for s in o2.stride()[:-1]))
+    stream = (direct and not accumulate and o2.numel() * isz >= _STREAM_BYTES and W >= _STREAM_MIN_W
+              and o2.data_ptr() % 64 == 0 and all(s * isz % 64 == 0 for s in o2.stride()[:-1]))
     P, F, nitems = sep_plan(sinfo, H, W, N, nt, isz)
-    _launch(_k_sep, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L, inplace, direct, stream), nitems,
-            nt, _small(N, H, W))
+    _launch(_k_sep, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L, inplace, direct, stream, accumulate),
+            nitems, nt, _small(N, H, W))
 
 
 def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 from numba import njit
 from numba.extending import overload
 
@@ -102,6 +103,18 @@ def sep_info(spec):
     _info_cache[key] = info
     return info
 
+
+def sep_sum_info(spec, dtype):
+    """The two :func:`sep_info` of a ``sum`` of two stencils that each run on this path (a 2-D
+    ``gaussian_laplace``: ``G''_y G_x + G_y G''_x``), else None.  The second launch adds its
+    result to the first's (``accumulate``): one rounding per term and one for the sum, as the
+    tiled engine's ``sum`` epilogue, so only for float32 / float64 (a 16-bit output would round
+    the first term before the sum)."""
+    if (not isinstance(spec, FilterSpec) or spec.epilogue != "sum" or len(spec.stencils) != 2
+            or dtype not in (torch.float32, torch.float64)):
+        return None
+    infos = tuple(sep_info(spec._replace(stencils=(st,), epilogue="stack")) for st in spec.stencils)
+    return None if None in infos else infos
 
 def _lanes(itemsize):
     return VBYTES // (8 if itemsize == 8 else 4)
@@ -353,8 +366,12 @@ def _vblock(V, v0, VS, rows, m0, s0, n, w, r, L, fz):
 
 @njit(inline="always", **_JIT)
 def _stv_out(p, i, v, n, L, nt):
-    if nt and n >= L:
+    """Store an output vector: ``nt`` 0 plainly, 1 non-temporally (whole vectors), 2 added to
+    what the output holds (``accumulate``: the second stencil of a ``sum``)."""
+    if nt == 1 and n >= L:
         _vstnt(p, i, v)
+    elif nt == 2:
+        _stv(p, i, _vadd(_ldv(p, i, n, L), v), n, L)
     else:
         _stv(p, i, v, n, L)
 
@@ -461,10 +478,11 @@ def _copy_row(T, t0, x, xa, sW, n):
 
 
 @njit(**_JIT)
-def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, it0, it1):
+def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, accumulate, it0, it1):
     """Work items ``it0 .. it1`` of the separable path (``inplace``: read the input rows in
     place; ``direct``: store the output vectors straight into the output; ``stream``: with
-    non-temporal stores)."""
+    non-temporal stores; ``accumulate``: add the result to the output's values, for the second
+    stencil of a ``sum``)."""
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
     Fa32 = _cvt(carrier, Fa)
@@ -573,15 +591,16 @@ def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, it0, it1):
                             V[t * VS + dst] = cval if src < 0 else V[t * VS + src]
                 i0 = ra + blk * R
                 if direct:
-                    dst, d0, dstride, nt = O, ob + i0 * osH + c0, osH, stream
+                    dst, d0, dstride, nt = O, ob + i0 * osH + c0, osH, 2 if accumulate else (1 if stream else 0)
                 else:  # (one call site: one compiled _hrows)
-                    dst, d0, dstride, nt = OB, np.int64(0), VS, False
+                    dst, d0, dstride, nt = OB, np.int64(0), VS, 0
                 _hrows(dst, d0, dstride, V, VS, G, nr, cw, wh, rh, L, nt)
                 if not direct:
                     for t in range(nr):
                         orow = ob + (i0 + t) * osH + c0 * osW
                         for j in range(cw):
-                            _st(o, orow + j * osW, OB[t * VS + j])
+                            q = orow + j * osW
+                            _st(o, q, _ld(o, q) + OB[t * VS + j] if accumulate else OB[t * VS + j])
     if stream:
         _fence()
     return vbuf.size + tbuf.size + cbuf.size + rows.size + obuf.size + Pa.size + La.size
