@@ -41,7 +41,7 @@ def _fwd_bwd(name, x, engine, mode, seed=1):
 
 
 def _close(a, b, tol, what=""):
-    a64, b64 = a.double(), b.double()
+    a64, b64 = a.detach().double(), b.detach().double()
     scale = max(1.0, float(b64.abs().max())) if b.numel() else 1.0
     err = (a64 - b64).abs()
     assert bool(((err <= tol * scale) | (a64.isnan() & b64.isnan())).all()), (

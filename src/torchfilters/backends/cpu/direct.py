@@ -138,7 +138,7 @@ def _d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp): 
     raise NotImplementedError
 
 
-def _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1):  # pragma: no cover
+def _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, whole):  # pragma: no cover
     raise NotImplementedError
 
 
@@ -478,20 +478,21 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
 
 
 @overload(_d3_row)
-def _ol_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1):
+def _ol_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, whole):
     """Row ``i`` outside the interior run: the whole row if it is the first or last (the row
-    fold), and its column 0 / W-1 if ``c0`` / ``c1`` (the column fold).  Returns the max of the
-    magnitude's flags (``_d3_out``; and of exponents: ``_expo_all`` only where one is inf/NaN)."""
+    fold) or ``whole`` (an interior row redone), and its column 0 / W-1 if ``c0`` / ``c1`` (the
+    column fold).  Returns the max of the magnitude's flags (``_d3_out``; and of exponents:
+    ``_expo_all`` only where one is inf/NaN)."""
     if not _literal(F0, F1, EPI, K):
         return None
 
-    def row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1):
+    def row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, whole):
         up = xb + (i - 1 if i > 0 else fy0) * W
         dn = xb + (i + 1 if i < H - 1 else fy1) * W
         mid = xb + i * W
         oi = ob + i * W
         e = _expo(_ld(x, mid))
-        if (i == 0 or i == H - 1) and W > 2:
+        if (whole or i == 0 or i == H - 1) and W > 2:
             e = _d3_run(F0, F1, EPI, K, o, oi + 1, osK, x, up + 1, mid + 1, dn + 1, W - 2, T, 0, w, 0, o)
         if c0:
             e = max(e, _d3_pixel(F0, F1, EPI, K, o, oi, osK, x, up, mid, dn, dl0, np.int64(1) if W > 1 else dr1, 0,
@@ -588,8 +589,8 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
     SQ = SQONLY if MAGK and _sq_only(FORMS) else 0
     S0 = F0 | SKIPZ | FOLD | STRM | SQ
     S1 = F1 | SKIPZ | FOLD
-    R0 = F0 | FOLD | STRM | SF
-    R1 = F1 | FOLD | SF
+    R0 = F0 | FOLD | STRM  # (the run of the other epilogues)
+    R1 = F1 | FOLD
     G0 = F0 | SF  # the rows again, where their magnitude flagged a pixel
     G1 = F1 | SF
     CHB = _D3_STREAM_CHUNK * 64 + 64 if STRM else 0
@@ -643,6 +644,7 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
                 # between read across row ends there: redone below, or under FOLD selected in
                 # the run from the column classes (T: 1 / 2 at columns 0 / W-1, from row ra)
                 run = ib > ia and W > 2
+                redo = False
                 if run:
                     q0 = ia * W + 1
                     n = (ib - ia) * W - 2
@@ -653,33 +655,40 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
                         e = max(e, _expo_max(x, xb + (ia - 1) * W, W), _expo_max(x, xb + ib * W, W),
                                 _expo(_ld(x, xb + q0 - 1)), _expo(_ld(x, xb + q0 + n)), _expo(_ld(x, xb + q0)),
                                 _expo(_ld(x, xb + q0 + n - 1)))
-                    if not SKIP or e == eall:
-                        if STRM and SKIP:
-                            _fence()  # (the rerun stores over the first run's)
+                        redo = e == eall
+                    if not SKIP:
                         _d3_run(R0, R1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T, tq, w,
                                 omis, bp)
+                # (the magnitude's run flagged a sample or a sum of squares: its rows ia .. ib-1 are
+                # redone whole, row by row, by the rescaling row code below -- rare, and one run
+                # variant less to compile)
+                n_re = ib - ia if redo else 0
                 # the first / last row (the row fold), and the border columns (the column fold;
                 # under FOLD only where the run did not go: its first and last position): one
                 # loop over (row, column 0?, column W-1?) tasks, so that each row variant has one
                 # call site (each site is a copy of the row's code: compile time)
                 part = FOLD != 0 and run
-                if STRM and run and not part:
-                    _fence()  # (the border columns are stored over the run's)
+                if STRM and run and (n_re > 0 or not part):
+                    _fence()  # (the rows and border columns are stored over the run's)
                 n_top = ia - ra if part else rb - ra
                 n_bot = rb - ib if part else 0
-                for k in range(n_top + n_bot + (2 if part else 0)):
+                for k in range(n_re + n_top + n_bot + (2 if part else 0)):
                     c0 = c1 = True
-                    if k < n_top:
-                        i = ra + k
-                    elif k < n_top + n_bot:
-                        i = ib + (k - n_top)
-                    elif k == n_top + n_bot:
+                    whole = k < n_re
+                    kt = k - n_re
+                    if whole:
+                        i = ia + k
+                    elif kt < n_top:
+                        i = ra + kt
+                    elif kt < n_top + n_bot:
+                        i = ib + (kt - n_top)
+                    elif kt == n_top + n_bot:
                         i, c1 = ia, False
                     else:
                         i, c0 = ib - 1, False
-                    if _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0,
-                               c1) == eall and MAGK:
-                        _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1)
+                    if whole or (_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0,
+                                         c1, False) == eall and MAGK):
+                        _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, whole)
         if STRM:
             _fence()  # the non-temporal stores are visible to the thread that returns the output
         return F.size + Da.size + La.size + Ta.size + buf.size
