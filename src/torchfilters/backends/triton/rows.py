@@ -646,7 +646,7 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
 
 def _fits(p, NP):
     """``p``, or None where strip or program ids would not fit the kernel's int32 (its offsets
-    are int64)."""
+    are int64 where a tensor needs it: :func:`needs_i64`)."""
     if NP * p.n_strips >= 2**31 or -(-NP * p.n_strips // p.BP) * p.n_tq >= 2**31:
         return None
     return p
