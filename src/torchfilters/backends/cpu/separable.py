@@ -113,8 +113,15 @@ def sep_sum_info(spec, dtype):
     if (not isinstance(spec, FilterSpec) or spec.epilogue != "sum" or len(spec.stencils) != 2
             or dtype not in (torch.float32, torch.float64)):
         return None
-    infos = tuple(sep_info(spec._replace(stencils=(st,), epilogue="stack")) for st in spec.stencils)
-    return None if None in infos else infos
+    key = ("sum", spec, math.copysign(1.0, spec.cval))  # (sep_info's cache: one lookup a call)
+    hit = _info_cache.get(key, False)
+    if hit is False:
+        infos = tuple(sep_info(spec._replace(stencils=(st,), epilogue="stack")) for st in spec.stencils)
+        hit = None if None in infos else infos
+        if len(_info_cache) > 4096:
+            _info_cache.clear()
+        _info_cache[key] = hit
+    return hit
 
 def _lanes(itemsize):
     return VBYTES // (8 if itemsize == 8 else 4)
