@@ -22,7 +22,7 @@ from torchfilters._spec import BlurSpec, FilterSpec
 cpu = backends.get("cpu")
 pytestmark = pytest.mark.skipif(cpu is None, reason="numba is not installed")
 
-from conftest import BASE_MODES, LOW_DTYPES, OPS, examples, grid, op_out_shape, rand  # noqa: E402
+from conftest import BASE_MODES, LOW_DTYPES, MODES, OPS, examples, grid, op_out_shape, rand  # noqa: E402
 
 MODES5 = BASE_MODES
 SHAPES = ((2, 1, 7, 5), (1, 1, 1, 1), (3, 1, 6), (2, 5, 1), (1, 2, 3), (1, 11, 4))
@@ -160,6 +160,26 @@ def test_matches_scipy_directly():
         mag = np.hypot(sp.sobel(xn, 0, mode=mode), sp.sobel(xn, 1, mode=mode))
         assert torch.allclose(tf.gradient_magnitude(x, operator="sobel", mode=mode, backend="cpu"),
                               torch.from_numpy(mag), atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dense_kernels_give_scipys_float64_bits(mode):
+    """A dense stencil's taps are summed as SciPy's ``NI_Correlate`` sums them (from +0.0, in
+    footprint order), at the border columns too: SciPy's bits, signs of zero included, on the
+    flat layout, the padded one (wide rows), a kernel larger than the image, and a batch."""
+    sp = pytest.importorskip("scipy.ndimage")
+    for shape, ks in (((37, 29), (3, 4)), ((5, 3), (7, 2)), ((3, 1100), (5, 5)), ((2, 3, 20, 21), (6, 1))):
+        x = rand(*shape, seed=11)
+        w = rand(*ks, seed=12)
+        w[0, 0] = 0.0  # left out of the footprint, as SciPy does
+        xn, wn = x.numpy(), w.numpy()[(None,) * (x.dim() - 2)]
+        for fn in ("correlate", "convolve"):
+            got = getattr(tf, fn)(x, w, mode=mode, cval=0.6, backend="cpu").numpy()
+            ref = getattr(sp, fn)(xn, wn, mode=mode, cval=0.6)
+            assert np.array_equal(got, ref), (fn, mode, shape, np.abs(got - ref).max())
+    z = torch.full((6, 7), -0.0, dtype=torch.float64)  # every product -0: SciPy's sum is +0
+    got = tf.correlate(z, torch.ones(3, 3, dtype=torch.float64), mode=mode, cval=-0.0, backend="cpu")
+    assert not torch.signbit(got).any()
 
 
 def test_engine_functions_directly():

@@ -10,7 +10,8 @@ input it would see in one in-memory call:
   own ``mode`` there, as on the whole array; along an axis of ``mode="wrap"`` the overlap is
   periodic;
 * chunks thinner than the depth are merged first (a warning says so) instead of dask's error;
-* the result equals ``torchfilters.ndimage`` on the computed whole array.
+* the result equals ``torchfilters.ndimage`` on the computed whole array, bit for bit (every
+  engine computes a value the same way wherever it falls in the block it computes).
 
 NumPy chunks run on the fused CPU kernels, which release the GIL: the threaded scheduler and
 ``dask.distributed`` workers scale.  Needs the ``dask`` extra (``pip install

@@ -54,8 +54,11 @@ from .tables import (
 
 @njit(**_JIT)
 def _pass(d, d0, s, s0, n, P, Fc, t0, nt, sy, cy, sx, cx, W, acc):
-    """Taps ``t0 .. t0+nt`` at flat offsets ``o = (sy*dy + cy)*W + sx*dx + cx``, four per loop;
-    the first loop assigns unless ``acc``."""
+    """Taps ``t0 .. t0+nt`` at flat offsets ``o = (sy*dy + cy)*W + sx*dx + cx``, four per loop,
+    summed one after another in tap order (SciPy's ``NI_Correlate``: ``0.0 + w_0 x_0 + w_1 x_1
+    + ...``, so a dense stencil's float64 result is SciPy's, and the same at every position:
+    :func:`_fixcol` sums the border columns in that order too); the first loop assigns unless
+    ``acc``."""
     if nt == 0:
         if not acc:
             z = Fc[F_ZERO]
@@ -71,45 +74,31 @@ def _pass(d, d0, s, s0, n, P, Fc, t0, nt, sy, cy, sx, cx, W, acc):
         k = t0 + t
         a0 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
         w0 = Fc[F_TAPS + k]
+        z = Fc[F_ZERO]  # SciPy's sum starts at +0.0 (only a zero's sign can differ from w0 * x)
         if g == 1:
-            if acc:
-                for q in range(n):
-                    d[d0 + q] += w0 * s[a0 + q]
-            else:
-                for q in range(n):
-                    d[d0 + q] = w0 * s[a0 + q]
+            for q in range(n):
+                d[d0 + q] = (d[d0 + q] if acc else z) + w0 * s[a0 + q]
         else:
             k += 1
             a1 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
             w1 = Fc[F_TAPS + k]
             if g == 2:
-                if acc:
-                    for q in range(n):
-                        d[d0 + q] += w0 * s[a0 + q] + w1 * s[a1 + q]
-                else:
-                    for q in range(n):
-                        d[d0 + q] = w0 * s[a0 + q] + w1 * s[a1 + q]
+                for q in range(n):
+                    d[d0 + q] = ((d[d0 + q] if acc else z) + w0 * s[a0 + q]) + w1 * s[a1 + q]
             else:
                 k += 1
                 a2 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
                 w2 = Fc[F_TAPS + k]
                 if g == 3:
-                    if acc:
-                        for q in range(n):
-                            d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
-                    else:
-                        for q in range(n):
-                            d[d0 + q] = (w0 * s[a0 + q] + w1 * s[a1 + q]) + w2 * s[a2 + q]
+                    for q in range(n):
+                        d[d0 + q] = (((d[d0 + q] if acc else z) + w0 * s[a0 + q]) + w1 * s[a1 + q]) + w2 * s[a2 + q]
                 else:
                     k += 1
                     a3 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
                     w3 = Fc[F_TAPS + k]
-                    if acc:
-                        for q in range(n):
-                            d[d0 + q] += (w0 * s[a0 + q] + w1 * s[a1 + q]) + (w2 * s[a2 + q] + w3 * s[a3 + q])
-                    else:
-                        for q in range(n):
-                            d[d0 + q] = (w0 * s[a0 + q] + w1 * s[a1 + q]) + (w2 * s[a2 + q] + w3 * s[a3 + q])
+                    for q in range(n):
+                        u = (((d[d0 + q] if acc else z) + w0 * s[a0 + q]) + w1 * s[a1 + q]) + w2 * s[a2 + q]
+                        d[d0 + q] = u + w3 * s[a3 + q]
         acc = True
         t += g
 
@@ -531,21 +520,16 @@ def _fixcol(R, rk, S, S0, V, V0, d, j, ntot, fill, fin, P, Fc):
         else:
             src = S
             base = S0 + g + (P[ti + 2 * kk] - EYlo) * W + jj
+        if t == 0:  # the sum starts at +0.0, taps in order (as :func:`_pass`)
+            for r in range(ntot):
+                R[rk + r * W + j] = Fc[F_ZERO]
         if jj >= 0:
-            if t == 0:
-                for r in range(ntot):
-                    R[rk + r * W + j] = w * src[base + r * W]
-            else:
-                for r in range(ntot):
-                    R[rk + r * W + j] += w * src[base + r * W]
+            for r in range(ntot):
+                R[rk + r * W + j] += w * src[base + r * W]
         else:
             wf = w * fx
-            if t == 0:
-                for r in range(ntot):
-                    R[rk + r * W + j] = wf
-            else:
-                for r in range(ntot):
-                    R[rk + r * W + j] += wf
+            for r in range(ntot):
+                R[rk + r * W + j] += wf
 
 
 @njit(**_JIT)

@@ -224,6 +224,45 @@ def _comb8(dst, d0, dstride, src, s0, sstride, w, w0, ne, n, L):
 
 
 @njit(**_JIT)
+def _vrow(V, v0, rows, m0, n, w, r, L, fz):
+    """One output row of a symmetric pass, ``n`` columns, in ``separable._vblock``'s arithmetic
+    (SciPy's order, no fused multiply-add): ``V[v0 + j] = w[0]*x[m0] + sum_k (x[m0 - k] +
+    x[m0 + k]) * w[k]``, ``k = r .. 1``, ``x[m]`` column ``j`` of the row at address ``rows[m]``.
+    For the rows outside a run of eight (the border rows, the tails), so that a value does not
+    depend on the blocking.  Four vectors per step (independent chains), then one."""
+    w0 = _vsplat(w, 0)
+    j = 0
+    while j + 4 * L <= n:
+        c = _ptr(rows[m0], fz)
+        a0 = _vmul(w0, _vld(c, j))
+        a1 = _vmul(w0, _vld(c, j + L))
+        a2 = _vmul(w0, _vld(c, j + 2 * L))
+        a3 = _vmul(w0, _vld(c, j + 3 * L))
+        for k in range(r, 0, -1):
+            lo = _ptr(rows[m0 - k], fz)
+            hi = _ptr(rows[m0 + k], fz)
+            wk = _vsplat(w, k)
+            a0 = _vadd(a0, _vmul(_vadd(_vld(lo, j), _vld(hi, j)), wk))
+            a1 = _vadd(a1, _vmul(_vadd(_vld(lo, j + L), _vld(hi, j + L)), wk))
+            a2 = _vadd(a2, _vmul(_vadd(_vld(lo, j + 2 * L), _vld(hi, j + 2 * L)), wk))
+            a3 = _vadd(a3, _vmul(_vadd(_vld(lo, j + 3 * L), _vld(hi, j + 3 * L)), wk))
+        _vst(V, v0 + j, a0)
+        _vst(V, v0 + j + L, a1)
+        _vst(V, v0 + j + 2 * L, a2)
+        _vst(V, v0 + j + 3 * L, a3)
+        j += 4 * L
+    while j < n:
+        m = min(L, n - j)
+        a = _vmul(w0, _ldv(_ptr(rows[m0], fz), j, m, L))
+        for k in range(r, 0, -1):
+            lo = _ldv(_ptr(rows[m0 - k], fz), j, m, L)
+            hi = _ldv(_ptr(rows[m0 + k], fz), j, m, L)
+            a = _vadd(a, _vmul(_vadd(lo, hi), _vsplat(w, k)))
+        _stv(V, v0 + j, a, m, L)
+        j += L
+
+
+@njit(**_JIT)
 def _xsym(dst, d0, V, q0, n, w, r, L):
     """A symmetric x-pass of radius ``r >= 1``: ``dst[d0 + j] = w[0]*V[q0 + j] + sum_k w[k] *
     (V[q0 + j - k] + V[q0 + j + k])``, ``j < n`` (``separable._hpair``: the left windows are
@@ -417,6 +456,8 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
     xbuf = np.zeros(K * XS + L, Fc.dtype)
     X = _ptr(xbuf.ctypes.data, fz)
     obuf = np.empty(P[V_MAXE] + 1, np.int64)
+    zrow = np.zeros(W + 2 * L, Fc.dtype)  # what a symmetric pass reads for a constant-mode tap outside
+    zra = zrow.ctypes.data
     OF = _ptr(obuf.ctypes.data, obuf[0])
     sK, sD, sH = Lp[R_SRC + 3], Lp[R_SRC + 4], Lp[R_SRC + 5]
     oK, oD, oH = Lp[R_OUT + 3], Lp[R_OUT + 4], Lp[R_OUT + 5]
@@ -468,14 +509,23 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                         else:
                             _comb8(Z, (a * SMAX + s) * ZS, ZP, src, base, sD, F, fent + e0, ne, W, L)
                     continue
+                rad = P[zn + NODE_LEN * a + 3]
                 for r in range(nz):
                     e0 = P[ip + z + r]
                     ne = P[ip + z + r + 1] - e0
                     for s in range(ns):
                         base = sb + comp * sK + P[sp + 1 + s] * sH
+                        zd = r * ZP + (a * SMAX + s) * ZS
+                        if rad > 0:  # symmetric: as the runs sum it, on the folded rows
+                            for e in range(ne):
+                                q = P[epos + e0 + e]
+                                RW[e] = sa + (base + q * sD) * isz if q >= 0 else zra
+                            wp = _ptr(Fa0 + (fent + e0 + rad) * isz, fz)
+                            _vrow(Z, zd, RW, rad, W, wp, rad, L, fz)
+                            continue
                         for e in range(ne):
                             OF[e] = base + P[epos + e0 + e] * sD
-                        _comb(Z, r * ZP + (a * SMAX + s) * ZS, src, OF, F, fent + e0, ne, W, L)
+                        _comb(Z, zd, src, OF, F, fent + e0, ne, W, L)
             for r in range(nz):
                 zz = z + r
                 i = y0
@@ -507,9 +557,17 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                             ne = P[ip + i + 1] - e0
                             _comb8(Y, yb, RS, Z, zb + P[epos + e0] * ZS, ZS, F, fent + e0, ne, W, L)
                         else:
+                            rad = P[yn + NODE_LEN * c + 3]
                             for t in range(ni):
                                 e0 = P[ip + i + t]
                                 ne = P[ip + i + t + 1] - e0
+                                if rad > 0:  # symmetric: as the runs sum it, on the folded rows
+                                    for e in range(ne):
+                                        q = P[epos + e0 + e]
+                                        RW[e] = Za + (zb + q * ZS) * isz if q >= 0 else zra
+                                    wp = _ptr(Fa0 + (fent + e0 + rad) * isz, fz)
+                                    _vrow(Y, yb + t * RS, RW, rad, W, wp, rad, L, fz)
+                                    continue
                                 for e in range(ne):
                                     OF[e] = zb + P[epos + e0 + e] * ZS
                                 _comb(Y, yb + t * RS, Z, OF, F, fent + e0, ne, W, L)
@@ -572,7 +630,7 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
             z += nz
     # (numba frees an array after its last use: every buffer read through a raw pointer is
     # used here, the compute-dtype weights ``Fc`` included)
-    return zbuf.size + ybuf.size + xbuf.size + obuf.size + rbuf.size + Fc.size + Ta.size
+    return zbuf.size + ybuf.size + xbuf.size + obuf.size + rbuf.size + zrow.size + Fc.size + Ta.size
 
 
 @njit(**_JIT)

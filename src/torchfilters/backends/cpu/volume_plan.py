@@ -47,8 +47,12 @@ V_HDR = 48
 # per stencil: y-node, x entries start, count, fix-ups count, offset, corr terms, offset, symmetric
 # radius (0: not symmetric), offset of the centre tap
 ST_LEN = 9
-#: z-/y-node table entries: source component (z) or parent z-node (y), indptr, run flags
-NODE_LEN = 3
+#: z-/y-node table entries: source component (z) or parent z-node (y), indptr, run flags, and
+#: the radius ``r`` of a forward pass with symmetric taps (0: none).  Such a pass is summed in
+#: SciPy's order on every row, the register-blocked runs and the single rows alike (the border
+#: rows read their ``2r + 1`` folded source rows, and a zero row for a ``constant`` tap that lands
+#: outside): a value is then the same whatever the blocking, which makes a dask chunking exact
+NODE_LEN = 4
 #: zeros after the weights (the symmetric x-pass reads a block of weights past the last)
 F_TAIL = 16
 
@@ -123,12 +127,15 @@ def _fold(n, lo, length, mode):
 
 
 def _csr_forward(p, n, mode):
-    """Rows ``i``: ``[(fold(i + lo + t), w_t)]`` (every tap: a zero tap multiplies a NaN too)."""
+    """Rows ``i``: ``[(fold(i + lo + t), w_t)]`` (every tap: a zero tap multiplies a NaN too).
+    ``constant``: a tap that lands outside is left out, or, for symmetric taps (``_sym``), kept
+    with source -1 (the kernel reads a zero row there: every row has the ``2r + 1`` taps)."""
     if p is None:
         return [[(i, 1.0)] for i in range(n)]
     k = len(p.taps)
     f = _fold(n, p.lo, n + k - 1, mode)
-    return [[(int(f[i + t]), w) for t, w in enumerate(p.taps) if f[i + t] >= 0] for i in range(n)]
+    keep = _sym(p.taps) > 0
+    return [[(int(f[i + t]), w) for t, w in enumerate(p.taps) if keep or f[i + t] >= 0] for i in range(n)]
 
 
 def _csr_backward(p, n, mode):
@@ -155,6 +162,11 @@ def _sym(wts):
     return k // 2
 
 
+def _fwd_sym(p, backward):
+    """The node table's radius: that of a forward pass's symmetric taps, else 0."""
+    return 0 if backward or p is None else _sym(p.taps)
+
+
 def _runs(rows, block=None):
     """Per row ``i``: non-zero where rows ``i .. i+R-1`` are *regular* -- the same weights on
     consecutive sources, shifted by one per row (and, with ``block``, in one block of rows): the
@@ -163,7 +175,7 @@ def _runs(rows, block=None):
     n = len(rows)
     sig = []
     for row in rows:
-        ok = bool(row) and all(row[e + 1][0] == row[e][0] + 1 for e in range(len(row) - 1))
+        ok = bool(row) and row[0][0] >= 0 and all(row[e + 1][0] == row[e][0] + 1 for e in range(len(row) - 1))
         sig.append((tuple(w for _, w in row), row[0][0]) if ok else None)
     out = [0] * n
     for i in range(n - R + 1):
@@ -250,7 +262,7 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
 
     # ---- y: rows per block, slots
     ycsr = {c: csr(p, H, my) for (a, p), c in ynodes.items()}
-    ext = [i - s for rows in ycsr.values() for i, row in enumerate(rows) for s, _ in row]
+    ext = [i - s for rows in ycsr.values() for i, row in enumerate(rows) for s, _ in row if s >= 0]
     ey = (max(ext) - min(ext)) if ext else 0
     Wr = -(-W // lanes) * lanes
     ZS = _skew(Wr, lanes, isz)
@@ -259,7 +271,8 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
     NBY = -(-H // BY)
     slots_of = []
     for b in range(NBY):
-        need = sorted({s for rows in ycsr.values() for i in range(b * BY, min(H, b * BY + BY)) for s, _ in rows[i]})
+        need = sorted({s for rows in ycsr.values() for i in range(b * BY, min(H, b * BY + BY)) for s, _ in rows[i]
+                       if s >= 0})
         slots_of.append(need)
     SMAX = max(1, max(len(s) for s in slots_of))
 
@@ -270,10 +283,11 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
     for (comp, p), a in sorted(znodes.items(), key=lambda kv: kv[1]):
         rows = csr(p, D, mz)
         zcsr[a] = rows
-        zn_tab.append((comp, rows))
+        zn_tab.append((comp, rows, p))
         for i, row in enumerate(rows):
             for s, _ in row:
-                ez_ext = max(ez_ext, abs(s - i))
+                if s >= 0:
+                    ez_ext = max(ez_ext, abs(s - i))
 
     # ---- x: taps, pads, fix-ups per stencil
     xs = []
@@ -341,10 +355,11 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
     rmax = 0
     # z-node table: comp, indptr position
     zn = []
-    for comp, rows in zn_tab:
+    for comp, rows, p in zn_tab:
         runs = _runs(rows)
-        rmax = max([rmax] + [f - 2 for f in runs])
-        zn += [comp, put(add_rows(rows)), put(runs)]
+        rad = _fwd_sym(p, backward)
+        rmax = max([rmax, rad] + [f - 2 for f in runs])
+        zn += [comp, put(add_rows(rows)), put(runs), rad]
         maxe = max(maxe, max((len(r) for r in rows), default=0))
     # y-node table: parent, indptr position (entries: slot of the row's block)
     yn = []
@@ -354,10 +369,11 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
         for i, row in enumerate(rows):
             sl = slots_of[i // BY]
             pos = {r: j for j, r in enumerate(sl)}
-            srows.append([(pos[s], w) for s, w in row])
+            srows.append([(pos[s] if s >= 0 else -1, w) for s, w in row])
         runs = _runs(srows, BY)
-        rmax = max([rmax] + [f - 2 for f in runs])
-        yn += [a, put(add_rows(srows)), put(runs)]
+        rad = _fwd_sym(p, backward)
+        rmax = max([rmax, rad] + [f - 2 for f in runs])
+        yn += [a, put(add_rows(srows)), put(runs), rad]
         maxe = max(maxe, max((len(r) for r in rows), default=0))
     # stencils
     stt = []
