@@ -7,12 +7,15 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 
 import torchfilters.dask as tfd  # noqa: E402
 import torchfilters.ndimage as tfn  # noqa: E402
+from conftest import examples  # noqa: E402
 
 RNG = np.random.default_rng(0)
 W = RNG.random((3, 4))
@@ -82,6 +85,41 @@ def test_volumes_equal_to_the_whole_array_on_any_chunking(chunks):
         warnings.simplefilter("ignore", tfd.ChunksTooSmallWarning)
         for name, f in EXACT3.items():
             assert np.array_equal(f(tfd, x).compute(), f(tfn, a)), name
+
+
+def _chunks(draw, n):
+    """An uneven chunking of an axis of length ``n``: cuts at random places (chunks of 1 too)."""
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=min(6, n - 1))))
+    return tuple(b - a for a, b in zip([0] + cuts, cuts + [n]))
+
+
+@st.composite
+def _case(draw, cases, shape):
+    name = draw(st.sampled_from(sorted(cases)))
+    return name, tuple(_chunks(draw, n) for n in shape)
+
+
+@examples(12)
+@given(case=_case(EXACT, (37, 29)))
+def test_sampled_uneven_chunkings_are_exact(case):
+    """Random cuts, chunks thinner than the reach among them (merged first)."""
+    name, chunks = case
+    a = np.random.default_rng(len(name)).random((37, 29))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tfd.ChunksTooSmallWarning)
+        y = EXACT[name](tfd, da.from_array(a, chunks=chunks)).compute()
+    assert np.array_equal(y, EXACT[name](tfn, a)), (name, chunks)
+
+
+@examples(6)
+@given(case=_case(EXACT3, (23, 20, 18)))
+def test_sampled_uneven_volume_chunkings_are_exact(case):
+    name, chunks = case
+    a = np.random.default_rng(len(name)).random((23, 20, 18))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tfd.ChunksTooSmallWarning)
+        y = EXACT3[name](tfd, da.from_array(a, chunks=chunks)).compute()
+    assert np.array_equal(y, EXACT3[name](tfn, a)), (name, chunks)
 
 
 def test_thin_chunks_are_merged_with_a_warning():
