@@ -134,17 +134,22 @@ def test_two_axes_per_axis_modes(modes, no_reference):
 
 
 @pytest.mark.parametrize("mode", MODES + (MIX, ("wrap", "reflect", "nearest")))
-def test_symmetric_passes_give_scipys_bits(mode, no_reference):
-    """Every row of a symmetric pass -- in a register-blocked run or not, at a border or not -- is
-    summed in SciPy's order: float64 Gaussians and Laplacians of volumes (and of two axes with
-    per-axis modes) are SciPy's bits (``constant``: with ``cval = 0``; a non-zero ``cval`` is a
-    correction added after the sum, to rounding)."""
+def test_paired_passes_give_scipys_bits(mode, no_reference):
+    """Every row of a symmetric or antisymmetric pass -- in a register-blocked run or not, at a
+    border or not -- is summed in SciPy's order: float64 Gaussians (and their derivatives),
+    a Sobel derivative along the first axis and Laplacians of volumes (and of two axes with
+    per-axis modes) are SciPy's bits (``constant``: with ``cval = 0``; a non-zero ``cval`` is a correction added after the
+    sum, to rounding)."""
     x = torch.from_numpy(np.random.default_rng(5).standard_normal((2, 19, 18, 21)))
     xn = x.numpy()
-    for sigma in (1.0, (2.0, 0.7, 1.4)):
-        got = tf.gaussian_filter(x, sigma, mode=mode, axes=AX, backend="cpu").numpy()
-        ref = np.stack([ndi.gaussian_filter(v, sigma, mode=mode) for v in xn])
-        assert np.array_equal(got, ref), (sigma, np.abs(got - ref).max())
+    for sigma, order in ((1.0, 0), ((2.0, 0.7, 1.4), 0), (1.2, (0, 1, 0)), ((0.8, 1.5, 1.1), (1, 0, 2))):
+        got = tf.gaussian_filter(x, sigma, order=order, mode=mode, axes=AX, backend="cpu").numpy()
+        ref = np.stack([ndi.gaussian_filter(v, sigma, order=order, mode=mode) for v in xn])
+        assert np.array_equal(got, ref), (sigma, order, np.abs(got - ref).max())
+    # the engine runs the passes in axis order, SciPy's sobel the derivative first: the same
+    # order (and so the same bits) for the derivative along the first axis
+    got = tf.sobel(x, axis=-3, mode=mode, axes=AX, backend="cpu").numpy()
+    assert np.array_equal(got, np.stack([ndi.sobel(v, 0, mode=mode) for v in xn]))
     got = tf.laplace(x, mode=mode, axes=AX, backend="cpu").numpy()
     assert np.array_equal(got, np.stack([ndi.laplace(v, mode=mode) for v in xn]))
     if isinstance(mode, str):  # two of three axes (SciPy's axes= call smooths the others too): per slice

@@ -215,6 +215,14 @@ def _vadd(typingctx, a, b):
 
 
 @intrinsic
+def _vsub(typingctx, a, b):
+    def codegen(context, builder, sig, args):
+        return builder.fsub(args[0], args[1])
+
+    return a(a, b), codegen
+
+
+@intrinsic
 def _vmul(typingctx, a, b):
     def codegen(context, builder, sig, args):
         return builder.fmul(args[0], args[1])

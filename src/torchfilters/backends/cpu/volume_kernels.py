@@ -3,8 +3,12 @@
 
 Every pass is one routine over whole rows: :func:`_comb` (a row as a weighted sum of rows, eight
 vectors of accumulators), :func:`_comb8` (eight regular rows at once, their source rows sliding
-through registers), and for symmetric taps ``separable._vblock`` (eight rows, folded taps) and
-:func:`_xsym` (``separable._hpair``: the x-pass with the left windows as shuffles).  Epilogues:
+through registers), and for symmetric and antisymmetric taps, in SciPy's order (the centre
+tap, then the pairs from the outermost in, no fused multiply-add) on every row:
+``separable._vblock`` / ``_vblock_anti`` (eight rows), :func:`_vrow` / ``_vrow_anti`` (one row:
+the border rows, on their folded row addresses, and the rows outside a run of eight),
+:func:`_xsym` (``separable._hpair``: the x-pass with the left windows as shuffles) and
+:func:`_xanti`.  A value is then the same whatever the blocking (a dask chunk's block, too).  Epilogues:
 ``stack`` (stored straight from the x-pass), ``sum``, ``magnitude``, ``magscale`` (the
 magnitude's backward scale ``g / |y|``, 0 where ``|y| = 0``), ``blend`` and ``addrest``
 (selective blur forward / backward).
@@ -19,8 +23,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .prims import _JIT, _cvt, _ptr
-from .separable import _VL, _hpair, _ldv, _stv, _vblock
-from .simd import _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vsplat, _vst, _vstm, _vwts
+from .separable import _VL, _hpair, _ldv, _panti, _psym, _stv, _vblock, _vblock_anti
+from .simd import _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vsplat, _vst, _vstm, _vsub, _vwts
 from .volume_plan import (
     EPI_BLEND, EPI_MAG, EPI_MAGSCALE, EPI_NORM, EPI_NORMT, EPI_STACK, ST_LEN, V_BOX, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
     V_K, V_MAXE, V_NBY, V_NYN, V_NZC, V_NZN, V_PADL, V_PADR, V_PADT, V_RS, V_SLOT, V_SMAX, V_W, V_XN, V_XS, V_YN,
@@ -223,43 +227,52 @@ def _comb8(dst, d0, dstride, src, s0, sstride, w, w0, ne, n, L):
         _stv(dst, q + 7 * dstride, a7, m, L)
 
 
-@njit(**_JIT)
-def _vrow(V, v0, rows, m0, n, w, r, L, fz):
-    """One output row of a symmetric pass, ``n`` columns, in ``separable._vblock``'s arithmetic
-    (SciPy's order, no fused multiply-add): ``V[v0 + j] = w[0]*x[m0] + sum_k (x[m0 - k] +
-    x[m0 + k]) * w[k]``, ``k = r .. 1``, ``x[m]`` column ``j`` of the row at address ``rows[m]``.
-    For the rows outside a run of eight (the border rows, the tails), so that a value does not
-    depend on the blocking.  Four vectors per step (independent chains), then one."""
-    w0 = _vsplat(w, 0)
-    j = 0
-    while j + 4 * L <= n:
-        c = _ptr(rows[m0], fz)
-        a0 = _vmul(w0, _vld(c, j))
-        a1 = _vmul(w0, _vld(c, j + L))
-        a2 = _vmul(w0, _vld(c, j + 2 * L))
-        a3 = _vmul(w0, _vld(c, j + 3 * L))
-        for k in range(r, 0, -1):
-            lo = _ptr(rows[m0 - k], fz)
-            hi = _ptr(rows[m0 + k], fz)
-            wk = _vsplat(w, k)
-            a0 = _vadd(a0, _vmul(_vadd(_vld(lo, j), _vld(hi, j)), wk))
-            a1 = _vadd(a1, _vmul(_vadd(_vld(lo, j + L), _vld(hi, j + L)), wk))
-            a2 = _vadd(a2, _vmul(_vadd(_vld(lo, j + 2 * L), _vld(hi, j + 2 * L)), wk))
-            a3 = _vadd(a3, _vmul(_vadd(_vld(lo, j + 3 * L), _vld(hi, j + 3 * L)), wk))
-        _vst(V, v0 + j, a0)
-        _vst(V, v0 + j + L, a1)
-        _vst(V, v0 + j + 2 * L, a2)
-        _vst(V, v0 + j + 3 * L, a3)
-        j += 4 * L
-    while j < n:
-        m = min(L, n - j)
-        a = _vmul(w0, _ldv(_ptr(rows[m0], fz), j, m, L))
-        for k in range(r, 0, -1):
-            lo = _ldv(_ptr(rows[m0 - k], fz), j, m, L)
-            hi = _ldv(_ptr(rows[m0 + k], fz), j, m, L)
-            a = _vadd(a, _vmul(_vadd(lo, hi), _vsplat(w, k)))
-        _stv(V, v0 + j, a, m, L)
-        j += L
+def _make_vrow(pair):
+    """One output row of a pass with pairs ``pair`` (``separable._psym`` / ``_panti``)."""
+
+    @njit(**_JIT)
+    def vrow(V, v0, rows, m0, n, w, r, L, fz):
+        """One output row of an (anti)symmetric pass, ``n`` columns, in ``separable._vblock``'s
+        arithmetic (SciPy's order, no fused multiply-add): ``V[v0 + j] = w[0]*x[m0] + sum_k
+        pair(x[m0 - k], x[m0 + k]) * w[k]``, ``k = r .. 1``, ``x[m]`` column ``j`` of the row at
+        address ``rows[m]``.  For the rows outside a run of eight (the border rows, the tails), so
+        that a value does not depend on the blocking.  Four vectors per step, then one."""
+        w0 = _vsplat(w, 0)
+        j = 0
+        while j + 4 * L <= n:
+            c = _ptr(rows[m0], fz)
+            a0 = _vmul(w0, _vld(c, j))
+            a1 = _vmul(w0, _vld(c, j + L))
+            a2 = _vmul(w0, _vld(c, j + 2 * L))
+            a3 = _vmul(w0, _vld(c, j + 3 * L))
+            for k in range(r, 0, -1):
+                lo = _ptr(rows[m0 - k], fz)
+                hi = _ptr(rows[m0 + k], fz)
+                wk = _vsplat(w, k)
+                a0 = _vadd(a0, _vmul(pair(_vld(lo, j), _vld(hi, j)), wk))
+                a1 = _vadd(a1, _vmul(pair(_vld(lo, j + L), _vld(hi, j + L)), wk))
+                a2 = _vadd(a2, _vmul(pair(_vld(lo, j + 2 * L), _vld(hi, j + 2 * L)), wk))
+                a3 = _vadd(a3, _vmul(pair(_vld(lo, j + 3 * L), _vld(hi, j + 3 * L)), wk))
+            _vst(V, v0 + j, a0)
+            _vst(V, v0 + j + L, a1)
+            _vst(V, v0 + j + 2 * L, a2)
+            _vst(V, v0 + j + 3 * L, a3)
+            j += 4 * L
+        while j < n:
+            m = min(L, n - j)
+            a = _vmul(w0, _ldv(_ptr(rows[m0], fz), j, m, L))
+            for k in range(r, 0, -1):
+                lo = _ldv(_ptr(rows[m0 - k], fz), j, m, L)
+                hi = _ldv(_ptr(rows[m0 + k], fz), j, m, L)
+                a = _vadd(a, _vmul(pair(lo, hi), _vsplat(w, k)))
+            _stv(V, v0 + j, a, m, L)
+            j += L
+
+    return vrow
+
+
+_vrow = _make_vrow(_psym)
+_vrow_anti = _make_vrow(_panti)
 
 
 @njit(**_JIT)
@@ -273,6 +286,40 @@ def _xsym(dst, d0, V, q0, n, w, r, L):
     hoisted = r <= L
     for j in range(0, n, 2 * L):
         _hpair(dst, d0 + j, V, q0 + j, min(n - j, 2 * L), w0, nz, WT, w, r, L, hoisted, False)
+
+
+@njit(**_JIT)
+def _xanti(dst, d0, V, q0, n, w, r, L):
+    """An antisymmetric x-pass of radius ``r >= 1`` in SciPy's order: ``dst[d0 + j] = w[0] *
+    V[q0 + j] + sum_k (V[q0 + j + k] - V[q0 + j - k]) * w[k]``, ``k = r .. 1`` (``_panti``),
+    ``j < n``; four vectors per step, then one (masked)."""
+    w0 = _vsplat(w, 0)
+    j = 0
+    while j + 4 * L <= n:
+        q = q0 + j
+        a0 = _vmul(w0, _vld(V, q))
+        a1 = _vmul(w0, _vld(V, q + L))
+        a2 = _vmul(w0, _vld(V, q + 2 * L))
+        a3 = _vmul(w0, _vld(V, q + 3 * L))
+        for k in range(r, 0, -1):
+            wk = _vsplat(w, k)
+            a0 = _vadd(a0, _vmul(_vsub(_vld(V, q + k), _vld(V, q - k)), wk))
+            a1 = _vadd(a1, _vmul(_vsub(_vld(V, q + L + k), _vld(V, q + L - k)), wk))
+            a2 = _vadd(a2, _vmul(_vsub(_vld(V, q + 2 * L + k), _vld(V, q + 2 * L - k)), wk))
+            a3 = _vadd(a3, _vmul(_vsub(_vld(V, q + 3 * L + k), _vld(V, q + 3 * L - k)), wk))
+        _vst(dst, d0 + j, a0)
+        _vst(dst, d0 + j + L, a1)
+        _vst(dst, d0 + j + 2 * L, a2)
+        _vst(dst, d0 + j + 3 * L, a3)
+        j += 4 * L
+    while j < n:
+        m = min(L, n - j)
+        q = q0 + j
+        a = _vmul(w0, _ldv(V, q, m, L))
+        for k in range(r, 0, -1):
+            a = _vadd(a, _vmul(_vsub(_ldv(V, q + k, m, L), _ldv(V, q - k, m, L)), _vsplat(w, k)))
+        _stv(dst, d0 + j, a, m, L)
+        j += L
 
 
 @njit(**_JIT)
@@ -496,16 +543,20 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                 if flag != 0:
                     e0 = P[ip + z]
                     ne = P[ip + z + 1] - e0
-                    rr = flag - 2
+                    rad = P[zn + NODE_LEN * a + 3]
+                    rr = abs(rad)
                     wp = _ptr(Fa0 + (fent + e0 + rr) * isz, fz)
                     for s in range(ns):
                         base = sb + comp * sK + P[sp + 1 + s] * sH + P[epos + e0] * sD
-                        if rr >= 1:  # symmetric: folded taps, 8 planes per step
+                        if rr >= 1:  # (anti)symmetric: folded taps, 8 planes per step
                             for m in range(R + 2 * rr):
                                 RW[m] = sa + (base + m * sD) * isz
                             zd = (a * SMAX + s) * ZS
                             for j in range(0, W, L):
-                                _vblock(Z, zd + j, ZP, RW, rr, j, min(L, W - j), wp, rr, L, fz)
+                                if rad > 0:
+                                    _vblock(Z, zd + j, ZP, RW, rr, j, min(L, W - j), wp, rr, L, fz)
+                                else:
+                                    _vblock_anti(Z, zd + j, ZP, RW, rr, j, min(L, W - j), wp, rr, L, fz)
                         else:
                             _comb8(Z, (a * SMAX + s) * ZS, ZP, src, base, sD, F, fent + e0, ne, W, L)
                     continue
@@ -516,12 +567,16 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                     for s in range(ns):
                         base = sb + comp * sK + P[sp + 1 + s] * sH
                         zd = r * ZP + (a * SMAX + s) * ZS
-                        if rad > 0:  # symmetric: as the runs sum it, on the folded rows
+                        if rad != 0:  # (anti)symmetric: as the runs sum it, on the folded rows
+                            rr = abs(rad)
                             for e in range(ne):
                                 q = P[epos + e0 + e]
                                 RW[e] = sa + (base + q * sD) * isz if q >= 0 else zra
-                            wp = _ptr(Fa0 + (fent + e0 + rad) * isz, fz)
-                            _vrow(Z, zd, RW, rad, W, wp, rad, L, fz)
+                            wp = _ptr(Fa0 + (fent + e0 + rr) * isz, fz)
+                            if rad > 0:
+                                _vrow(Z, zd, RW, rr, W, wp, rr, L, fz)
+                            else:
+                                _vrow_anti(Z, zd, RW, rr, W, wp, rr, L, fz)
                             continue
                         for e in range(ne):
                             OF[e] = base + P[epos + e0 + e] * sD
@@ -543,30 +598,37 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                         zb = r * ZP + par * SMAX * ZS
                         yb = c * R * RS + G
                         flag = P[P[yn + NODE_LEN * c + 2] + i] if ni == R else 0
-                        if flag >= 3:  # symmetric
+                        rad = P[yn + NODE_LEN * c + 3]
+                        if flag != 0 and rad != 0:  # (anti)symmetric
                             e0 = P[ip + i]
-                            rr = flag - 2
+                            rr = abs(rad)
                             wp = _ptr(Fa0 + (fent + e0 + rr) * isz, fz)
                             zr = zb + P[epos + e0] * ZS
                             for m in range(R + 2 * rr):
                                 RW[m] = Za + (zr + m * ZS) * isz
                             for j in range(0, W, L):
-                                _vblock(Y, yb + j, RS, RW, rr, j, min(L, W - j), wp, rr, L, fz)
+                                if rad > 0:
+                                    _vblock(Y, yb + j, RS, RW, rr, j, min(L, W - j), wp, rr, L, fz)
+                                else:
+                                    _vblock_anti(Y, yb + j, RS, RW, rr, j, min(L, W - j), wp, rr, L, fz)
                         elif flag != 0:
                             e0 = P[ip + i]
                             ne = P[ip + i + 1] - e0
                             _comb8(Y, yb, RS, Z, zb + P[epos + e0] * ZS, ZS, F, fent + e0, ne, W, L)
                         else:
-                            rad = P[yn + NODE_LEN * c + 3]
                             for t in range(ni):
                                 e0 = P[ip + i + t]
                                 ne = P[ip + i + t + 1] - e0
-                                if rad > 0:  # symmetric: as the runs sum it, on the folded rows
+                                if rad != 0:  # (anti)symmetric: as the runs sum it, on the folded rows
+                                    rr = abs(rad)
                                     for e in range(ne):
                                         q = P[epos + e0 + e]
                                         RW[e] = Za + (zb + q * ZS) * isz if q >= 0 else zra
-                                    wp = _ptr(Fa0 + (fent + e0 + rad) * isz, fz)
-                                    _vrow(Y, yb + t * RS, RW, rad, W, wp, rad, L, fz)
+                                    wp = _ptr(Fa0 + (fent + e0 + rr) * isz, fz)
+                                    if rad > 0:
+                                        _vrow(Y, yb + t * RS, RW, rr, W, wp, rr, L, fz)
+                                    else:
+                                        _vrow_anti(Y, yb + t * RS, RW, rr, W, wp, rr, L, fz)
                                     continue
                                 for e in range(ne):
                                     OF[e] = zb + P[epos + e0 + e] * ZS
@@ -599,6 +661,8 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                             xr = P[d + 7]
                             if xr >= 1:
                                 _xsym(dst, d0, Y, yb + P[d + 8], W, _ptr(Fa0 + (fent + x0 + xr) * isz, fz), xr, L)
+                            elif xr <= -1:
+                                _xanti(dst, d0, Y, yb + P[d + 8], W, _ptr(Fa0 + (fent + x0 - xr) * isz, fz), -xr, L)
                             else:
                                 _comb(dst, d0, Y, OF, F, fent + x0, nx, W, L)
                             fp = P[d + 4]

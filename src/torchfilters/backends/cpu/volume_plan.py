@@ -44,14 +44,15 @@ from .simd import VBYTES
  V_PADL, V_PADR, V_PADT, V_ZN, V_YN, V_XN, V_SLOT, V_MAXE, V_XS, V_RMAX, V_ZP,
  V_BOX) = range(28)  # V_BOX .. V_BOX+5: the box [z0, z1) x [y0, y1) x [x0, x1) a selection may hold in
 V_HDR = 48
-# per stencil: y-node, x entries start, count, fix-ups count, offset, corr terms, offset, symmetric
-# radius (0: not symmetric), offset of the centre tap
+# per stencil: y-node, x entries start, count, fix-ups count, offset, corr terms, offset, pair
+# radius (``_pair_radius``: r symmetric, -r antisymmetric, 0 neither), offset of the centre tap
 ST_LEN = 9
 #: z-/y-node table entries: source component (z) or parent z-node (y), indptr, run flags, and
-#: the radius ``r`` of a forward pass with symmetric taps (0: none).  Such a pass is summed in
-#: SciPy's order on every row, the register-blocked runs and the single rows alike (the border
-#: rows read their ``2r + 1`` folded source rows, and a zero row for a ``constant`` tap that lands
-#: outside): a value is then the same whatever the blocking, which makes a dask chunking exact
+#: ``_pair_radius`` of a forward pass (``r``: symmetric taps, ``-r``: antisymmetric, 0: neither).
+#: Such a pass is summed in SciPy's order on every row, the register-blocked runs and the single
+#: rows alike (the border rows read their ``2r + 1`` folded source rows, and a zero row for a
+#: ``constant`` tap that lands outside): a value is then the same whatever the blocking, which
+#: makes a dask chunking exact
 NODE_LEN = 4
 #: zeros after the weights (the symmetric x-pass reads a block of weights past the last)
 F_TAIL = 16
@@ -128,13 +129,14 @@ def _fold(n, lo, length, mode):
 
 def _csr_forward(p, n, mode):
     """Rows ``i``: ``[(fold(i + lo + t), w_t)]`` (every tap: a zero tap multiplies a NaN too).
-    ``constant``: a tap that lands outside is left out, or, for symmetric taps (``_sym``), kept
-    with source -1 (the kernel reads a zero row there: every row has the ``2r + 1`` taps)."""
+    ``constant``: a tap that lands outside is left out, or, for (anti)symmetric taps
+    (``_pair_radius``), kept with source -1 (the kernel reads a zero row there: every row has the
+    ``2r + 1`` taps)."""
     if p is None:
         return [[(i, 1.0)] for i in range(n)]
     k = len(p.taps)
     f = _fold(n, p.lo, n + k - 1, mode)
-    keep = _sym(p.taps) > 0
+    keep = _pair_radius(p.taps) != 0
     return [[(int(f[i + t]), w) for t, w in enumerate(p.taps) if keep or f[i + t] >= 0] for i in range(n)]
 
 
@@ -162,9 +164,23 @@ def _sym(wts):
     return k // 2
 
 
+def _anti(wts):
+    """The radius of an antisymmetric tap list of odd length >= 3 (``w[c+k] = -w[c-k]`` exactly:
+    lowered passes are canonical, ``_lowering.canonical_pass``), else 0."""
+    k = len(wts)
+    if k < 3 or k % 2 == 0 or any(wts[i] != -wts[k - 1 - i] for i in range(k // 2)):
+        return 0
+    return k // 2
+
+
+def _pair_radius(wts):
+    """``r`` for symmetric taps, ``-r`` for antisymmetric ones (SciPy's pair sums), else 0."""
+    return _sym(wts) or -_anti(wts)
+
+
 def _fwd_sym(p, backward):
-    """The node table's radius: that of a forward pass's symmetric taps, else 0."""
-    return 0 if backward or p is None else _sym(p.taps)
+    """The node table's radius: :func:`_pair_radius` of a forward pass, else 0."""
+    return 0 if backward or p is None else _pair_radius(p.taps)
 
 
 def _runs(rows, block=None):
@@ -358,7 +374,7 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
     for comp, rows, p in zn_tab:
         runs = _runs(rows)
         rad = _fwd_sym(p, backward)
-        rmax = max([rmax, rad] + [f - 2 for f in runs])
+        rmax = max([rmax, abs(rad)] + [f - 2 for f in runs])
         zn += [comp, put(add_rows(rows)), put(runs), rad]
         maxe = max(maxe, max((len(r) for r in rows), default=0))
     # y-node table: parent, indptr position (entries: slot of the row's block)
@@ -372,7 +388,7 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
             srows.append([(pos[s] if s >= 0 else -1, w) for s, w in row])
         runs = _runs(srows, BY)
         rad = _fwd_sym(p, backward)
-        rmax = max([rmax, rad] + [f - 2 for f in runs])
+        rmax = max([rmax, abs(rad)] + [f - 2 for f in runs])
         yn += [a, put(add_rows(srows)), put(runs), rad]
         maxe = max(maxe, max((len(r) for r in rows), default=0))
     # stencils
@@ -413,8 +429,8 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
         cpos = put(cterm) if cterm else 0
         step = offs[1] - offs[0] if len(offs) > 1 else 1
         contiguous = step in (1, -1) and all(offs[e + 1] == offs[e] + step for e in range(len(offs) - 1))
-        xr = _sym(wts) if contiguous else 0
-        stt += [st_y[k], x0, len(offs), len(fix), fpos, len(terms), cpos, xr, offs[xr] if xr else 0]
+        xr = (_pair_radius(wts) if not backward else _sym(wts)) if contiguous else 0
+        stt += [st_y[k], x0, len(offs), len(fix), fpos, len(terms), cpos, xr, offs[abs(xr)] if xr else 0]
     # block slots: per block position of [n, rows...]
     spos = []
     for sl in slots_of:
