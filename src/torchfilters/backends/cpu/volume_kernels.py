@@ -5,7 +5,7 @@ Every pass is one routine over whole rows: :func:`_comb` (a row as a weighted su
 vectors of accumulators), :func:`_comb8` (eight regular rows at once, their source rows sliding
 through registers), and for symmetric and antisymmetric taps, in SciPy's order (the centre
 tap, then the pairs from the outermost in, no fused multiply-add) on every row:
-``separable._vblock`` / ``_vblock_anti`` (eight rows), :func:`_vrow` / ``_vrow_anti`` (one row:
+``separable._vblock`` / ``_vblock_anti`` (eight rows), :func:`_vrow` (one row, either kind:
 the border rows, on their folded row addresses, and the rows outside a run of eight),
 :func:`_xsym` (``separable._hpair``: the x-pass with the left windows as shuffles) and
 :func:`_xanti`.  A value is then the same whatever the blocking (a dask chunk's block, too).  Epilogues:
@@ -23,7 +23,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .prims import _JIT, _cvt, _ptr
-from .separable import _VL, _hpair, _ldv, _panti, _psym, _stv, _vblock, _vblock_anti
+from .separable import _VL, _hpair, _ldv, _stv, _vblock, _vblock_anti
 from .simd import _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vsplat, _vst, _vstm, _vsub, _vwts
 from .volume_plan import (
     EPI_BLEND, EPI_MAG, EPI_MAGSCALE, EPI_NORM, EPI_NORMT, EPI_STACK, ST_LEN, V_BOX, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
@@ -227,52 +227,45 @@ def _comb8(dst, d0, dstride, src, s0, sstride, w, w0, ne, n, L):
         _stv(dst, q + 7 * dstride, a7, m, L)
 
 
-def _make_vrow(pair):
-    """One output row of a pass with pairs ``pair`` (``separable._psym`` / ``_panti``)."""
-
-    @njit(**_JIT)
-    def vrow(V, v0, rows, m0, n, w, r, L, fz):
-        """One output row of an (anti)symmetric pass, ``n`` columns, in ``separable._vblock``'s
-        arithmetic (SciPy's order, no fused multiply-add): ``V[v0 + j] = w[0]*x[m0] + sum_k
-        pair(x[m0 - k], x[m0 + k]) * w[k]``, ``k = r .. 1``, ``x[m]`` column ``j`` of the row at
-        address ``rows[m]``.  For the rows outside a run of eight (the border rows, the tails), so
-        that a value does not depend on the blocking.  Four vectors per step, then one."""
-        w0 = _vsplat(w, 0)
-        j = 0
-        while j + 4 * L <= n:
-            c = _ptr(rows[m0], fz)
-            a0 = _vmul(w0, _vld(c, j))
-            a1 = _vmul(w0, _vld(c, j + L))
-            a2 = _vmul(w0, _vld(c, j + 2 * L))
-            a3 = _vmul(w0, _vld(c, j + 3 * L))
-            for k in range(r, 0, -1):
-                lo = _ptr(rows[m0 - k], fz)
-                hi = _ptr(rows[m0 + k], fz)
-                wk = _vsplat(w, k)
-                a0 = _vadd(a0, _vmul(pair(_vld(lo, j), _vld(hi, j)), wk))
-                a1 = _vadd(a1, _vmul(pair(_vld(lo, j + L), _vld(hi, j + L)), wk))
-                a2 = _vadd(a2, _vmul(pair(_vld(lo, j + 2 * L), _vld(hi, j + 2 * L)), wk))
-                a3 = _vadd(a3, _vmul(pair(_vld(lo, j + 3 * L), _vld(hi, j + 3 * L)), wk))
-            _vst(V, v0 + j, a0)
-            _vst(V, v0 + j + L, a1)
-            _vst(V, v0 + j + 2 * L, a2)
-            _vst(V, v0 + j + 3 * L, a3)
-            j += 4 * L
-        while j < n:
-            m = min(L, n - j)
-            a = _vmul(w0, _ldv(_ptr(rows[m0], fz), j, m, L))
-            for k in range(r, 0, -1):
-                lo = _ldv(_ptr(rows[m0 - k], fz), j, m, L)
-                hi = _ldv(_ptr(rows[m0 + k], fz), j, m, L)
-                a = _vadd(a, _vmul(pair(lo, hi), _vsplat(w, k)))
-            _stv(V, v0 + j, a, m, L)
-            j += L
-
-    return vrow
-
-
-_vrow = _make_vrow(_psym)
-_vrow_anti = _make_vrow(_panti)
+@njit(**_JIT)
+def _vrow(V, v0, rows, m0, n, w, r, L, fz, sg):
+    """One output row of an (anti)symmetric pass, ``n`` columns, in ``separable._vblock``'s
+    arithmetic (SciPy's order, no fused multiply-add): ``V[v0 + j] = w[0]*x[m0] + sum_k
+    pair(x[m0 - k], x[m0 + k]) * w[k]``, ``k = r .. 1``, ``x[m]`` column ``j`` of the row at
+    address ``rows[m]``; the pair is ``x[m0 + k] + x[m0 - k] * sg``, ``sg`` a vector of -1
+    (antisymmetric) or 1: ``separable._panti`` / ``_psym`` bit for bit (a product by +-1 is exact).  For the rows
+    outside a run of eight (the border rows, the tails), so that a value does not depend on the
+    blocking.  Four vectors per step, then one."""
+    w0 = _vsplat(w, 0)
+    j = 0
+    while j + 4 * L <= n:
+        c = _ptr(rows[m0], fz)
+        a0 = _vmul(w0, _vld(c, j))
+        a1 = _vmul(w0, _vld(c, j + L))
+        a2 = _vmul(w0, _vld(c, j + 2 * L))
+        a3 = _vmul(w0, _vld(c, j + 3 * L))
+        for k in range(r, 0, -1):
+            lo = _ptr(rows[m0 - k], fz)
+            hi = _ptr(rows[m0 + k], fz)
+            wk = _vsplat(w, k)
+            a0 = _vadd(a0, _vmul(_vadd(_vld(hi, j), _vmul(_vld(lo, j), sg)), wk))
+            a1 = _vadd(a1, _vmul(_vadd(_vld(hi, j + L), _vmul(_vld(lo, j + L), sg)), wk))
+            a2 = _vadd(a2, _vmul(_vadd(_vld(hi, j + 2 * L), _vmul(_vld(lo, j + 2 * L), sg)), wk))
+            a3 = _vadd(a3, _vmul(_vadd(_vld(hi, j + 3 * L), _vmul(_vld(lo, j + 3 * L), sg)), wk))
+        _vst(V, v0 + j, a0)
+        _vst(V, v0 + j + L, a1)
+        _vst(V, v0 + j + 2 * L, a2)
+        _vst(V, v0 + j + 3 * L, a3)
+        j += 4 * L
+    while j < n:
+        m = min(L, n - j)
+        a = _vmul(w0, _ldv(_ptr(rows[m0], fz), j, m, L))
+        for k in range(r, 0, -1):
+            lo = _ldv(_ptr(rows[m0 - k], fz), j, m, L)
+            hi = _ldv(_ptr(rows[m0 + k], fz), j, m, L)
+            a = _vadd(a, _vmul(_vadd(hi, _vmul(lo, sg)), _vsplat(w, k)))
+        _stv(V, v0 + j, a, m, L)
+        j += L
 
 
 @njit(**_JIT)
@@ -505,6 +498,8 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
     obuf = np.empty(P[V_MAXE] + 1, np.int64)
     zrow = np.zeros(W + 2 * L, Fc.dtype)  # what a symmetric pass reads for a constant-mode tap outside
     zra = zrow.ctypes.data
+    sgn = np.array([1.0, -1.0], Fc.dtype)  # a border row's pair sign (_vrow)
+    SG = _ptr(sgn.ctypes.data, fz)
     OF = _ptr(obuf.ctypes.data, obuf[0])
     sK, sD, sH = Lp[R_SRC + 3], Lp[R_SRC + 4], Lp[R_SRC + 5]
     oK, oD, oH = Lp[R_OUT + 3], Lp[R_OUT + 4], Lp[R_OUT + 5]
@@ -573,10 +568,7 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                                 q = P[epos + e0 + e]
                                 RW[e] = sa + (base + q * sD) * isz if q >= 0 else zra
                             wp = _ptr(Fa0 + (fent + e0 + rr) * isz, fz)
-                            if rad > 0:
-                                _vrow(Z, zd, RW, rr, W, wp, rr, L, fz)
-                            else:
-                                _vrow_anti(Z, zd, RW, rr, W, wp, rr, L, fz)
+                            _vrow(Z, zd, RW, rr, W, wp, rr, L, fz, _vsplat(SG, 1 if rad < 0 else 0))
                             continue
                         for e in range(ne):
                             OF[e] = base + P[epos + e0 + e] * sD
@@ -625,10 +617,7 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                                         q = P[epos + e0 + e]
                                         RW[e] = Za + (zb + q * ZS) * isz if q >= 0 else zra
                                     wp = _ptr(Fa0 + (fent + e0 + rr) * isz, fz)
-                                    if rad > 0:
-                                        _vrow(Y, yb + t * RS, RW, rr, W, wp, rr, L, fz)
-                                    else:
-                                        _vrow_anti(Y, yb + t * RS, RW, rr, W, wp, rr, L, fz)
+                                    _vrow(Y, yb + t * RS, RW, rr, W, wp, rr, L, fz, _vsplat(SG, 1 if rad < 0 else 0))
                                     continue
                                 for e in range(ne):
                                     OF[e] = zb + P[epos + e0 + e] * ZS
@@ -694,7 +683,7 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
             z += nz
     # (numba frees an array after its last use: every buffer read through a raw pointer is
     # used here, the compute-dtype weights ``Fc`` included)
-    return zbuf.size + ybuf.size + xbuf.size + obuf.size + rbuf.size + zrow.size + Fc.size + Ta.size
+    return zbuf.size + ybuf.size + xbuf.size + obuf.size + rbuf.size + zrow.size + sgn.size + Fc.size + Ta.size
 
 
 @njit(**_JIT)
