@@ -7,8 +7,9 @@ through registers), and for symmetric and antisymmetric taps, in SciPy's order (
 tap, then the pairs from the outermost in, no fused multiply-add) on every row:
 ``separable._vblock`` / ``_vblock_anti`` (eight rows), :func:`_vrow` (one row, either kind:
 the border rows, on their folded row addresses, and the rows outside a run of eight),
-:func:`_xsym` (``separable._hpair``: the x-pass with the left windows as shuffles) and
-:func:`_xanti`.  A value is then the same whatever the blocking (a dask chunk's block, too).  Epilogues:
+:func:`_xsym` (``separable._hpair``: the x-pass with the left windows as shuffles; an
+antisymmetric x-pass is :func:`_vrow` on shifted addresses).  A value is then the same
+whatever the blocking (a dask chunk's block, too).  Epilogues:
 ``stack`` (stored straight from the x-pass), ``sum``, ``magnitude``, ``magscale`` (the
 magnitude's backward scale ``g / |y|``, 0 where ``|y| = 0``), ``blend`` and ``addrest``
 (selective blur forward / backward).
@@ -24,7 +25,7 @@ from numba.extending import intrinsic
 
 from .prims import _JIT, _cvt, _ptr
 from .separable import _VL, _hpair, _ldv, _stv, _vblock, _vblock_anti
-from .simd import _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vsplat, _vst, _vstm, _vsub, _vwts
+from .simd import _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vsplat, _vst, _vstm, _vwts
 from .volume_plan import (
     EPI_BLEND, EPI_MAG, EPI_MAGSCALE, EPI_NORM, EPI_NORMT, EPI_STACK, ST_LEN, V_BOX, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
     V_K, V_MAXE, V_NBY, V_NYN, V_NZC, V_NZN, V_PADL, V_PADR, V_PADT, V_RS, V_SLOT, V_SMAX, V_W, V_XN, V_XS, V_YN,
@@ -233,9 +234,10 @@ def _vrow(V, v0, rows, m0, n, w, r, L, fz, sg):
     arithmetic (SciPy's order, no fused multiply-add): ``V[v0 + j] = w[0]*x[m0] + sum_k
     pair(x[m0 - k], x[m0 + k]) * w[k]``, ``k = r .. 1``, ``x[m]`` column ``j`` of the row at
     address ``rows[m]``; the pair is ``x[m0 + k] + x[m0 - k] * sg``, ``sg`` a vector of -1
-    (antisymmetric) or 1: ``separable._panti`` / ``_psym`` bit for bit (a product by +-1 is exact).  For the rows
-    outside a run of eight (the border rows, the tails), so that a value does not depend on the
-    blocking.  Four vectors per step, then one."""
+    (antisymmetric) or 1: ``separable._panti`` / ``_psym`` bit for bit (a product by +-1 is
+    exact).  For the rows outside a run of eight (the border rows, the tails), so that a value
+    does not depend on the blocking; also the antisymmetric x-pass (``rows[m]``: the row's address shifted by ``m - m0``
+    elements).  Four vectors per step, then one."""
     w0 = _vsplat(w, 0)
     j = 0
     while j + 4 * L <= n:
@@ -279,40 +281,6 @@ def _xsym(dst, d0, V, q0, n, w, r, L):
     hoisted = r <= L
     for j in range(0, n, 2 * L):
         _hpair(dst, d0 + j, V, q0 + j, min(n - j, 2 * L), w0, nz, WT, w, r, L, hoisted, False)
-
-
-@njit(**_JIT)
-def _xanti(dst, d0, V, q0, n, w, r, L):
-    """An antisymmetric x-pass of radius ``r >= 1`` in SciPy's order: ``dst[d0 + j] = w[0] *
-    V[q0 + j] + sum_k (V[q0 + j + k] - V[q0 + j - k]) * w[k]``, ``k = r .. 1`` (``_panti``),
-    ``j < n``; four vectors per step, then one (masked)."""
-    w0 = _vsplat(w, 0)
-    j = 0
-    while j + 4 * L <= n:
-        q = q0 + j
-        a0 = _vmul(w0, _vld(V, q))
-        a1 = _vmul(w0, _vld(V, q + L))
-        a2 = _vmul(w0, _vld(V, q + 2 * L))
-        a3 = _vmul(w0, _vld(V, q + 3 * L))
-        for k in range(r, 0, -1):
-            wk = _vsplat(w, k)
-            a0 = _vadd(a0, _vmul(_vsub(_vld(V, q + k), _vld(V, q - k)), wk))
-            a1 = _vadd(a1, _vmul(_vsub(_vld(V, q + L + k), _vld(V, q + L - k)), wk))
-            a2 = _vadd(a2, _vmul(_vsub(_vld(V, q + 2 * L + k), _vld(V, q + 2 * L - k)), wk))
-            a3 = _vadd(a3, _vmul(_vsub(_vld(V, q + 3 * L + k), _vld(V, q + 3 * L - k)), wk))
-        _vst(dst, d0 + j, a0)
-        _vst(dst, d0 + j + L, a1)
-        _vst(dst, d0 + j + 2 * L, a2)
-        _vst(dst, d0 + j + 3 * L, a3)
-        j += 4 * L
-    while j < n:
-        m = min(L, n - j)
-        q = q0 + j
-        a = _vmul(w0, _ldv(V, q, m, L))
-        for k in range(r, 0, -1):
-            a = _vadd(a, _vmul(_vsub(_ldv(V, q + k, m, L), _ldv(V, q - k, m, L)), _vsplat(w, k)))
-        _stv(dst, d0 + j, a, m, L)
-        j += L
 
 
 @njit(**_JIT)
@@ -490,7 +458,8 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
     Za = (zbuf.ctypes.data + 63) // 64 * 64
     Z = _ptr(Za, fz)
     ybuf = np.zeros(NYN * R * RS + 2 * L, Fc.dtype)
-    Y = _ptr((ybuf.ctypes.data + 63) // 64 * 64, fz)
+    Ya = (ybuf.ctypes.data + 63) // 64 * 64
+    Y = _ptr(Ya, fz)
     rbuf = np.empty(R + 2 * P[V_RMAX] + 2, np.int64)
     RW = _ptr(rbuf.ctypes.data, rbuf[0])
     xbuf = np.zeros(K * XS + L, Fc.dtype)
@@ -650,8 +619,11 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                             xr = P[d + 7]
                             if xr >= 1:
                                 _xsym(dst, d0, Y, yb + P[d + 8], W, _ptr(Fa0 + (fent + x0 + xr) * isz, fz), xr, L)
-                            elif xr <= -1:
-                                _xanti(dst, d0, Y, yb + P[d + 8], W, _ptr(Fa0 + (fent + x0 - xr) * isz, fz), -xr, L)
+                            elif xr <= -1:  # antisymmetric: _vrow on the addresses of the shifted row
+                                for m in range(1 - 2 * xr):
+                                    RW[m] = Ya + (yb + P[d + 8] + xr + m) * isz
+                                _vrow(dst, d0, RW, -xr, W, _ptr(Fa0 + (fent + x0 - xr) * isz, fz), -xr, L, fz,
+                                      _vsplat(SG, 1))
                             else:
                                 _comb(dst, d0, Y, OF, F, fent + x0, nx, W, L)
                             fp = P[d + 4]

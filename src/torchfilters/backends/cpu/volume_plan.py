@@ -430,6 +430,7 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
         step = offs[1] - offs[0] if len(offs) > 1 else 1
         contiguous = step in (1, -1) and all(offs[e + 1] == offs[e] + step for e in range(len(offs) - 1))
         xr = (_pair_radius(wts) if not backward else _sym(wts)) if contiguous else 0
+        rmax = max(rmax, abs(xr))  # (the antisymmetric x-pass reads 2r + 1 addresses)
         stt += [st_y[k], x0, len(offs), len(fix), fpos, len(terms), cpos, xr, offs[abs(xr)] if xr else 0]
     # block slots: per block position of [n, rows...]
     spos = []
