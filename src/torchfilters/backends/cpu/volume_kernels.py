@@ -284,6 +284,19 @@ def _xsym(dst, d0, V, q0, n, w, r, L):
 
 
 @njit(**_JIT)
+def _pair_row(V, v0, RW, P, ep, ne, rad, a0, step, zra, wa, SG, W, L, fz):
+    """A border (or single) row of an (anti)symmetric pass (``rad``: ``volume_plan._pair_radius``):
+    the addresses ``RW`` of its ``ne = 2r + 1`` source rows (entry ``e``: row ``P[ep + e]`` at
+    ``a0 + row*step`` bytes, or the zero row ``zra`` for source -1), then :func:`_vrow` with the
+    weights at address ``wa`` (the centre tap)."""
+    for e in range(ne):
+        q = P[ep + e]
+        RW[e] = a0 + q * step if q >= 0 else zra
+    r = abs(rad)
+    _vrow(V, v0, RW, r, W, _ptr(wa, fz), r, L, fz, _vsplat(SG, 1 if rad < 0 else 0))
+
+
+@njit(**_JIT)
 def _seg(kind, out, o0, X, aux, a0, M, m0, tv, j0, j1, L):
     """Columns ``j0 .. j1`` of a selective-blur output row: ``kind`` 0: ``x``; 1: ``sel ? X : x``;
     2: ``X + g``; 3: ``X + (sel ? 0 : g)`` (``aux``: ``x`` or ``g``; ``sel = M >= tv``)."""
@@ -532,12 +545,8 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                         base = sb + comp * sK + P[sp + 1 + s] * sH
                         zd = r * ZP + (a * SMAX + s) * ZS
                         if rad != 0:  # (anti)symmetric: as the runs sum it, on the folded rows
-                            rr = abs(rad)
-                            for e in range(ne):
-                                q = P[epos + e0 + e]
-                                RW[e] = sa + (base + q * sD) * isz if q >= 0 else zra
-                            wp = _ptr(Fa0 + (fent + e0 + rr) * isz, fz)
-                            _vrow(Z, zd, RW, rr, W, wp, rr, L, fz, _vsplat(SG, 1 if rad < 0 else 0))
+                            _pair_row(Z, zd, RW, P, epos + e0, ne, rad, sa + base * isz, sD * isz, zra,
+                                      Fa0 + (fent + e0 + abs(rad)) * isz, SG, W, L, fz)
                             continue
                         for e in range(ne):
                             OF[e] = base + P[epos + e0 + e] * sD
@@ -581,12 +590,8 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                                 e0 = P[ip + i + t]
                                 ne = P[ip + i + t + 1] - e0
                                 if rad != 0:  # (anti)symmetric: as the runs sum it, on the folded rows
-                                    rr = abs(rad)
-                                    for e in range(ne):
-                                        q = P[epos + e0 + e]
-                                        RW[e] = Za + (zb + q * ZS) * isz if q >= 0 else zra
-                                    wp = _ptr(Fa0 + (fent + e0 + rr) * isz, fz)
-                                    _vrow(Y, yb + t * RS, RW, rr, W, wp, rr, L, fz, _vsplat(SG, 1 if rad < 0 else 0))
+                                    _pair_row(Y, yb + t * RS, RW, P, epos + e0, ne, rad, Za + zb * isz, ZS * isz, zra,
+                                              Fa0 + (fent + e0 + abs(rad)) * isz, SG, W, L, fz)
                                     continue
                                 for e in range(ne):
                                     OF[e] = zb + P[epos + e0 + e] * ZS
