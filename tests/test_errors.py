@@ -32,7 +32,7 @@ def raises(exc, *words):
 
 @pytest.mark.parametrize("name", PUBLIC_NAMES)
 def test_input_not_a_tensor(name):
-    with raises(TypeError, "input", "ndarray"):
+    with raises(TypeError, "input", "ndarray", "torchfilters.ndimage"):  # the NumPy API is named
         PUBLIC[name](np.zeros((5, 5)))
     with raises(TypeError, "input", "list"):
         PUBLIC[name]([[1.0, 2.0], [3.0, 4.0]])

@@ -151,7 +151,8 @@ def check_input(input, name: str = "input") -> torch.Tensor:
             bool/complex/unsupported dtype.
     """
     if not isinstance(input, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor shaped (..., H, W); got {type_name(input)}")
+        hint = " (for NumPy arrays use torchfilters.ndimage, SciPy's API)" if hasattr(input, "__array__") else ""
+        raise TypeError(f"{name} must be a torch.Tensor shaped (..., H, W); got {type_name(input)}{hint}")
     check_dense(input, name)
     dtype = input.dtype
     if dtype not in _FLOATS:

@@ -100,8 +100,9 @@ def _overlap(image, reach, modes, fn, dtype=None):
     if rechunk:
         thin = {a: rechunk[a] for a in rechunk if depth[a]}
         if thin:
-            warnings.warn(f"chunks thinner than the filter's reach {dict((a, depth[a]) for a in thin)} along axes "
-                          f"{sorted(thin)}: rechunked to {thin}", ChunksTooSmallWarning, stacklevel=3)
+            reach = {a: depth[a] for a in thin}
+            warnings.warn(f"chunks along axes {sorted(thin)} are thinner than the filter's reach {reach} (elements "
+                          f"per axis): rechunked to chunks of {thin} elements", ChunksTooSmallWarning, stacklevel=3)
         image = image.rechunk(rechunk)
         for a in rechunk:  # a last chunk may still be thin: merge it into its neighbour
             c = list(image.chunks[a])
