@@ -1,9 +1,10 @@
-"""The docstring examples of torchfilters, torchfilters.functional and torchfilters.nn run and pass."""
+"""The docstring examples of torchfilters, torchfilters.functional, .nn, .ndimage and .dask run and pass."""
 
 from __future__ import annotations
 
 import doctest
 import importlib
+import importlib.util
 import pkgutil
 
 import pytest
@@ -12,7 +13,8 @@ import torch
 import torchfilters.functional  # noqa: E402
 
 #: every module of the functional package (a new one is found, not listed), and the others with examples
-MODULES = ["torchfilters", "torchfilters.nn", "torchfilters.backends", "torchfilters.backends._layout"] + [
+MODULES = ["torchfilters", "torchfilters.nn", "torchfilters.backends", "torchfilters.backends._layout",
+           "torchfilters.ndimage"] + (["torchfilters.dask"] if importlib.util.find_spec("dask") else []) + [
     f"torchfilters.functional.{m.name}" for m in pkgutil.iter_modules(torchfilters.functional.__path__)
     if not m.name.startswith("_")]
 

@@ -429,3 +429,69 @@ def docfiller(obj: Optional[Callable] = None, /, **extra: str):
         return lambda o: docfiller(o, **extra)
     obj.__doc__ = fill(obj.__doc__, **extra)
     return obj
+
+
+# ------------------------------------------------- torchfilters.ndimage / .dask
+
+#: the arguments after the array in each ``torchfilters.ndimage`` / ``torchfilters.dask``
+#: function's docstring example (``scipy`` is ``scipy.ndimage`` there)
+ND_EXAMPLE_ARGS = {
+    "correlate": ", np.ones((3, 3))", "convolve": ", [[1.0, 2.0], [0.0, -1.0]]",
+    "correlate1d": ", [1.0, 2.0, 1.0]", "convolve1d": ", [1.0, -1.0], mode='nearest'",
+    "sobel": ", 0", "prewitt": "", "laplace": ", mode='mirror'",
+    "generic_laplace": (", lambda x, axis, out, mode, cval: "
+                        "scipy.correlate1d(x, [1.0, -2.0, 1.0], axis, out, mode, cval)"),
+    "generic_gradient_magnitude": ", scipy.sobel",
+    "gaussian_filter": ", 1.5", "gaussian_filter1d": ", 1.0, order=1", "gaussian_gradient_magnitude": ", 1.0",
+    "gaussian_laplace": ", 1.0, mode='wrap'", "uniform_filter": ", 3", "uniform_filter1d": ", 4, axis=0",
+    "rank_filter": ", 1, size=3", "median_filter": ", size=3", "percentile_filter": ", 25, size=(2, 3)",
+    "minimum_filter": ", size=(2, 3)", "maximum_filter": ", footprint=[[0, 1, 0], [1, 1, 1]]",
+    "minimum_filter1d": ", 3", "maximum_filter1d": ", 3, mode='constant', cval=9.0",
+}
+
+_nd_doc = """{summary}
+
+A drop-in for ``scipy.ndimage.{name}``: the same arguments in the same order, the same
+defaults, the same dtype rules (the result has the input's dtype, or ``output``'s; integer
+results are truncated as SciPy truncates them, after every pass of a multi-pass filter) and
+the same exception types for bad arguments; SciPy's documentation of ``{name}`` describes each
+argument.  ``input`` is anything ``numpy.asarray`` accepts (one to three filtered axes run on
+the fused kernels); the result is a NumPy array, ``output`` when one is given.  Differences
+from SciPy (float16, NaN in windows, the last bit of some sums): the module docstring.
+
+Example (SciPy's values, to floating-point rounding)::
+
+    >>> import numpy as np, scipy.ndimage as scipy, torchfilters.ndimage as tfn
+    >>> a = np.arange(42.0).reshape(6, 7) % 5
+    >>> bool(np.allclose(tfn.{name}(a{args}), scipy.{name}(a{args})))
+    True
+"""
+
+_dask_doc = """``torchfilters.ndimage.{name}`` on a dask array, lazily.
+
+``image`` is a ``dask.array.Array``; the other arguments are ``scipy.ndimage.{name}``'s
+(without ``output``).  Returns a lazy dask array of the result's dtype, bit-identical to
+``torchfilters.ndimage.{name}`` on the computed array for every chunking: each chunk is
+filtered with an overlap of the filter's exact reach (the module docstring); chunks thinner
+than that are merged first, with a :class:`ChunksTooSmallWarning`.  Bad arguments raise what
+SciPy raises, when the call is made (not when it is computed).
+
+Example::
+
+    >>> import dask.array as da, numpy as np, scipy.ndimage as scipy
+    >>> import torchfilters.dask as tfd, torchfilters.ndimage as tfn
+    >>> a = np.arange(168.0).reshape(12, 14) % 5
+    >>> x = da.from_array(a, chunks=(6, 7))
+    >>> bool(np.array_equal(tfd.{name}(x{args}).compute(), tfn.{name}(a{args})))
+    True
+"""
+
+
+def fill_ndimage(namespace: dict, names, dask: bool = False) -> None:
+    """Give each function ``names`` of a module (its ``globals()``) the template docstring of
+    ``torchfilters.ndimage`` (its own one-line docstring becomes the summary) or, with ``dask``,
+    of ``torchfilters.dask``, with the example of :data:`ND_EXAMPLE_ARGS`."""
+    for name in names:
+        f = namespace[name]
+        template = _dask_doc if dask else _nd_doc
+        f.__doc__ = template.format(summary=(f.__doc__ or "").strip(), name=name, args=ND_EXAMPLE_ARGS[name])

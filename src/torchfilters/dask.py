@@ -31,6 +31,7 @@ import warnings
 
 import numpy as np
 
+from . import _docs
 from . import ndimage as _nd
 
 try:
@@ -368,3 +369,6 @@ def minimum_filter1d(image, size, axis=-1, mode="reflect", cval=0.0, origin=0):
 def maximum_filter1d(image, size, axis=-1, mode="reflect", cval=0.0, origin=0):
     """``torchfilters.ndimage.maximum_filter1d`` on a dask array."""
     return _minmax1d(_nd.maximum_filter1d, image, size, axis, mode, cval, origin)
+
+
+_docs.fill_ndimage(globals(), __all__, dask=True)

@@ -40,6 +40,7 @@ import warnings
 import numpy as np
 import torch
 
+from . import _docs
 from . import functional as F
 from . import kernels
 from ._validate import canonical_mode
@@ -861,3 +862,6 @@ def minimum_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
 def maximum_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
     """``scipy.ndimage.maximum_filter1d``: the maximum over ``size`` samples along ``axis``."""
     return _min_or_max_1d(input, size, axis, output, mode, cval, origin, False)
+
+
+_docs.fill_ndimage(globals(), __all__)
