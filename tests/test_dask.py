@@ -122,6 +122,18 @@ def test_sampled_uneven_volume_chunkings_are_exact(case):
     assert np.array_equal(y, EXACT3[name](tfn, a)), (name, chunks)
 
 
+@pytest.mark.parametrize("name", ["gaussian_laplace", "gaussian_gradient_magnitude"])
+def test_mixed_wrap_modes_of_the_one_mode_per_derivative_filters(name):
+    """Found by review: these run each derivative with one mode on every axis (SciPy's rule), so
+    a mix of wrap and other modes needs a periodic and a plain overlap along every axis: the
+    filtered axes are computed whole, with a warning (before: wrong values, up to 0.42)."""
+    a = np.random.default_rng(7).standard_normal((3, 16, 17))
+    for mode, axes in ((("wrap", "reflect"), (1, 2)), (("reflect", "wrap", "nearest"), None)):
+        with pytest.warns(UserWarning, match="mixes wrap"):
+            y = getattr(tfd, name)(da.from_array(a, chunks=(1, 8, 6)), 1.0, mode=mode, axes=axes)
+        assert np.array_equal(y.compute(), getattr(tfn, name)(a, 1.0, mode=mode, axes=axes)), mode
+
+
 def test_thin_chunks_are_merged_with_a_warning():
     a = RNG.random((40, 40))
     x = da.from_array(a, chunks=(3, 40))

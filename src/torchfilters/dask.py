@@ -256,10 +256,18 @@ def gaussian_filter1d(image, sigma, axis=-1, order=0, mode="reflect", cval=0.0, 
 def _sum_of_gaussians(fn, image, sigma, mode, cval, axes, kwargs):
     image = _da.asarray(image)
     _, reach = _gauss_reach(image, sigma, kwargs.get("truncate", 4.0), kwargs.get("radius"), axes)
-    # each derivative is one mode for every axis (SciPy's rule): any wrap axis overlaps periodically
+    # each derivative runs with one mode on every axis (SciPy's rule): wrap modes overlap
+    # periodically, the others not; a mix of the two needs both along every filtered axis, so
+    # those axes are taken whole (one chunk each)
     ax = _axes(axes, image.ndim)
-    wrap = any(m in ("wrap", "grid-wrap") for m in _nd._normalize_sequence(mode, len(ax)))
-    return _overlap(image, reach, ["wrap" if wrap else "reflect"] * image.ndim,
+    wraps = {m in ("wrap", "grid-wrap") for m in _nd._normalize_sequence(mode, len(ax))}
+    if len(wraps) == 2:
+        if any(len(image.chunks[a]) > 1 for a in ax):
+            warnings.warn(f"mode={mode!r} mixes wrap with other modes, each of which this filter applies on "
+                          f"every axis: axes {sorted(ax)} are computed whole (one chunk each)", UserWarning,
+                          stacklevel=3)
+        reach = [(image.shape[a], image.shape[a]) if a in ax else r for a, r in enumerate(reach)]
+    return _overlap(image, reach, ["wrap" if True in wraps else "reflect"] * image.ndim,
                     lambda b: fn(b, sigma, None, mode, cval, axes=axes, **kwargs))
 
 

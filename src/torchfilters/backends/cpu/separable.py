@@ -306,20 +306,32 @@ def _stv(p, i, v, n, L):
 
 @njit(inline="always", **_JIT)
 def _psym(lo, hi):
-    """A symmetric pass's pair: ``x[-k] + x[k]`` (times ``w[k]``)."""
+    """A symmetric pass's pair: ``x[-k] + x[k]`` (times ``w[k]``, :func:`_wsym`)."""
     return _vadd(lo, hi)
 
 
 @njit(inline="always", **_JIT)
+def _wsym(w, k):
+    return _vsplat(w, k)
+
+
+@njit(inline="always", **_JIT)
 def _panti(lo, hi):
-    """An antisymmetric pass's pair: SciPy's ``(x[-k] - x[k]) * w[-k]`` is ``(x[k] - x[-k]) *
-    w[k]`` bit for bit (``w[k] = -w[-k]`` exactly: ``_lowering.canonical_pass``)."""
-    return _vsub(hi, lo)
+    """An antisymmetric pass's pair as SciPy forms it: ``x[-k] - x[k]``, times the left weight
+    ``w[-k] = -w[k]`` (:func:`_wanti`; the lowered taps are exact negated mirrors,
+    ``_lowering.canonical_pass``), so that even a zero pair has SciPy's sign."""
+    return _vsub(lo, hi)
 
 
-def _make_vblock(pair):
-    """The vertical pass of 8 output rows for pairs ``pair`` (:func:`_psym`, :func:`_panti`: a
-    kernel of its own per kind, no run-time branch)."""
+@njit(inline="always", **_JIT)
+def _wanti(w, k):
+    return _vsub(_vnz(w), _vsplat(w, k))  # -w[k], exactly (-0.0 - v)
+
+
+def _make_vblock(pair, weight):
+    """The vertical pass of 8 output rows for pairs ``pair`` times ``weight(w, k)``
+    (:func:`_psym` / :func:`_wsym`, :func:`_panti` / :func:`_wanti`: a kernel of its own per
+    kind, no run-time branch)."""
 
     @njit(**_JIT)
     def vblock(V, v0, VS, rows, m0, s0, n, w, r, L, fz):
@@ -369,7 +381,7 @@ def _make_vblock(pair):
                     l7 = _ldv(_ptr(rows[m0 + 7 - k], fz), s0, n, L)
                     u7, u6, u5, u4, u3, u2, u1 = u6, u5, u4, u3, u2, u1, u0
                     u0 = _ldv(_ptr(rows[m0 + k], fz), s0, n, L)
-                wk = _vsplat(w, k)
+                wk = weight(w, k)
                 a0 = _vadd(a0, _vmul(pair(l0, u0), wk))
                 a1 = _vadd(a1, _vmul(pair(l1, u1), wk))
                 a2 = _vadd(a2, _vmul(pair(l2, u2), wk))
@@ -390,8 +402,8 @@ def _make_vblock(pair):
     return vblock
 
 
-_vblock = _make_vblock(_psym)
-_vblock_anti = _make_vblock(_panti)
+_vblock = _make_vblock(_psym, _wsym)
+_vblock_anti = _make_vblock(_panti, _wanti)
 
 
 @njit(inline="always", **_JIT)

@@ -233,9 +233,9 @@ def _vrow(V, v0, rows, m0, n, w, r, L, fz, sg):
     """One output row of an (anti)symmetric pass, ``n`` columns, in ``separable._vblock``'s
     arithmetic (SciPy's order, no fused multiply-add): ``V[v0 + j] = w[0]*x[m0] + sum_k
     pair(x[m0 - k], x[m0 + k]) * w[k]``, ``k = r .. 1``, ``x[m]`` column ``j`` of the row at
-    address ``rows[m]``; the pair is ``x[m0 + k] + x[m0 - k] * sg``, ``sg`` a vector of -1
-    (antisymmetric) or 1: ``separable._panti`` / ``_psym`` bit for bit (a product by +-1 is
-    exact).  For the rows outside a run of eight (the border rows, the tails), so that a value
+    address ``rows[m]``; the pair is ``(x[m0 - k] + x[m0 + k] * sg) * (w[k] * sg)``, ``sg`` a
+    vector of -1 (antisymmetric) or 1: ``separable._panti`` / ``_psym`` bit for bit, signs of
+    zero included (a product by +-1 is exact).  For the rows outside a run of eight (the border rows, the tails), so that a value
     does not depend on the blocking; also the antisymmetric x-pass (``rows[m]``: the row's address shifted by ``m - m0``
     elements).  Four vectors per step, then one."""
     w0 = _vsplat(w, 0)
@@ -249,11 +249,11 @@ def _vrow(V, v0, rows, m0, n, w, r, L, fz, sg):
         for k in range(r, 0, -1):
             lo = _ptr(rows[m0 - k], fz)
             hi = _ptr(rows[m0 + k], fz)
-            wk = _vsplat(w, k)
-            a0 = _vadd(a0, _vmul(_vadd(_vld(hi, j), _vmul(_vld(lo, j), sg)), wk))
-            a1 = _vadd(a1, _vmul(_vadd(_vld(hi, j + L), _vmul(_vld(lo, j + L), sg)), wk))
-            a2 = _vadd(a2, _vmul(_vadd(_vld(hi, j + 2 * L), _vmul(_vld(lo, j + 2 * L), sg)), wk))
-            a3 = _vadd(a3, _vmul(_vadd(_vld(hi, j + 3 * L), _vmul(_vld(lo, j + 3 * L), sg)), wk))
+            wk = _vmul(_vsplat(w, k), sg)
+            a0 = _vadd(a0, _vmul(_vadd(_vld(lo, j), _vmul(_vld(hi, j), sg)), wk))
+            a1 = _vadd(a1, _vmul(_vadd(_vld(lo, j + L), _vmul(_vld(hi, j + L), sg)), wk))
+            a2 = _vadd(a2, _vmul(_vadd(_vld(lo, j + 2 * L), _vmul(_vld(hi, j + 2 * L), sg)), wk))
+            a3 = _vadd(a3, _vmul(_vadd(_vld(lo, j + 3 * L), _vmul(_vld(hi, j + 3 * L), sg)), wk))
         _vst(V, v0 + j, a0)
         _vst(V, v0 + j + L, a1)
         _vst(V, v0 + j + 2 * L, a2)
@@ -265,7 +265,7 @@ def _vrow(V, v0, rows, m0, n, w, r, L, fz, sg):
         for k in range(r, 0, -1):
             lo = _ldv(_ptr(rows[m0 - k], fz), j, m, L)
             hi = _ldv(_ptr(rows[m0 + k], fz), j, m, L)
-            a = _vadd(a, _vmul(_vadd(hi, _vmul(lo, sg)), _vsplat(w, k)))
+            a = _vadd(a, _vmul(_vadd(lo, _vmul(hi, sg)), _vmul(_vsplat(w, k), sg)))
         _stv(V, v0 + j, a, m, L)
         j += L
 
