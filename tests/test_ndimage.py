@@ -205,3 +205,24 @@ def test_rank_filters_cval_as_scipy_treats_it(dtype):
                 for arr, k in ((a, kw), (a[0], kw1)):
                     got = getattr(tfn, name)(arr, mode="constant", cval=cv, **k)
                     assert np.array_equal(got, getattr(ndi, name)(arr, mode="constant", cval=cv, **k)), (name, cv)
+
+
+@pytest.mark.parametrize("mode, pad", [("reflect", "symmetric"), ("grid-mirror", "symmetric"), ("mirror", "reflect"),
+                                       ("wrap", "wrap")])
+def test_weights_far_beyond_a_tiny_image_follow_the_np_pad_oracle(mode, pad):
+    """Where SciPy is wrong: its N-D ``correlate`` with weights more than twice the axis long
+    reads the wrong samples in ``reflect`` / ``grid-mirror`` mode (off by up to ~8 here).  An
+    independent oracle -- ``np.pad`` by the weights' reach, then a valid correlation -- agrees
+    with torchfilters in every periodic mode, and so does SciPy's own ``correlate1d`` chain for
+    a separable kernel."""
+    a = np.random.default_rng(0).random((2, 3))
+    w = np.random.default_rng(1).random((20, 21))
+    ours = tfn.correlate(a, w, mode=mode)
+    p = np.pad(a, ((10, 9), (10, 10)), mode=pad)
+    oracle = (np.lib.stride_tricks.sliding_window_view(p, w.shape) * w).sum((-1, -2))
+    np.testing.assert_allclose(ours, oracle, rtol=1e-13, atol=1e-13)
+    u, v = w[:, 0], w[0]  # separable: SciPy's correlate1d chain is right where its correlate is not
+    sep = ndi.correlate1d(ndi.correlate1d(a, u, 0, mode=mode), v, 1, mode=mode)
+    np.testing.assert_allclose(tfn.correlate(a, np.outer(u, v), mode=mode), sep, rtol=1e-13, atol=1e-13)
+    if mode == "reflect":
+        assert np.abs(ndi.correlate(a, w, mode=mode) - oracle).max() > 1e-3  # SciPy's N-D correlate is off
