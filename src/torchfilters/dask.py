@@ -261,13 +261,14 @@ def _sum_of_gaussians(fn, image, sigma, mode, cval, axes, kwargs):
     # those axes are taken whole (one chunk each)
     ax = _axes(axes, image.ndim)
     wraps = {m in ("wrap", "grid-wrap") for m in _nd._normalize_sequence(mode, len(ax))}
+    wrap = True in wraps
     if len(wraps) == 2:
         if any(len(image.chunks[a]) > 1 for a in ax):
             warnings.warn(f"mode={mode!r} mixes wrap with other modes, each of which this filter applies on "
                           f"every axis: axes {sorted(ax)} are computed whole (one chunk each)", UserWarning,
                           stacklevel=3)
         reach = [(image.shape[a], image.shape[a]) if a in ax else r for a, r in enumerate(reach)]
-    return _overlap(image, reach, ["wrap" if True in wraps else "reflect"] * image.ndim,
+    return _overlap(image, reach, ["wrap" if wrap else "reflect"] * image.ndim,
                     lambda b: fn(b, sigma, None, mode, cval, axes=axes, **kwargs))
 
 

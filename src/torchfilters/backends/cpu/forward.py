@@ -66,6 +66,7 @@ def _pass(d, d0, s, s0, n, P, Fc, t0, nt, sy, cy, sx, cx, W, acc):
                 d[d0 + q] = z
         return
     ti = P[I_TAPI]
+    z = Fc[F_ZERO]  # SciPy's sum starts at +0.0 (only a zero's sign can differ from w0 * x)
     t = 0
     while t < nt:
         g = nt - t
@@ -74,7 +75,6 @@ def _pass(d, d0, s, s0, n, P, Fc, t0, nt, sy, cy, sx, cx, W, acc):
         k = t0 + t
         a0 = s0 + (sy * P[ti + 2 * k] + cy) * W + sx * P[ti + 2 * k + 1] + cx
         w0 = Fc[F_TAPS + k]
-        z = Fc[F_ZERO]  # SciPy's sum starts at +0.0 (only a zero's sign can differ from w0 * x)
         if g == 1:
             for q in range(n):
                 d[d0 + q] = (d[d0 + q] if acc else z) + w0 * s[a0 + q]

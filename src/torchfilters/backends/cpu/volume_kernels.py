@@ -235,9 +235,10 @@ def _vrow(V, v0, rows, m0, n, w, r, L, fz, sg):
     pair(x[m0 - k], x[m0 + k]) * w[k]``, ``k = r .. 1``, ``x[m]`` column ``j`` of the row at
     address ``rows[m]``; the pair is ``(x[m0 - k] + x[m0 + k] * sg) * (w[k] * sg)``, ``sg`` a
     vector of -1 (antisymmetric) or 1: ``separable._panti`` / ``_psym`` bit for bit, signs of
-    zero included (a product by +-1 is exact).  For the rows outside a run of eight (the border rows, the tails), so that a value
-    does not depend on the blocking; also the antisymmetric x-pass (``rows[m]``: the row's address shifted by ``m - m0``
-    elements).  Four vectors per step, then one."""
+    zero included (a product by +-1 is exact).  For the rows outside a run of eight (the border
+    rows, the tails), so that a value does not depend on the blocking; also the antisymmetric
+    x-pass (``rows[m]``: the row's address shifted by ``m - m0`` elements).  Four vectors per
+    step, then one."""
     w0 = _vsplat(w, 0)
     j = 0
     while j + 4 * L <= n:

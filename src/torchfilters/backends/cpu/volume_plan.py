@@ -37,6 +37,7 @@ import numpy as np
 
 from ..._spec import FilterSpec, axis_mode
 from .. import reference
+from .._lowering import ANTI, SYM, pass_kind
 from .simd import VBYTES
 
 # header of P (int64)
@@ -156,29 +157,23 @@ def _csr_backward(p, n, mode):
     return rows
 
 
-def _sym(wts):
-    """The radius of a palindromic tap list of odd length >= 3 (else 0)."""
-    k = len(wts)
-    if k < 3 or k % 2 == 0 or any(wts[i] != wts[k - 1 - i] for i in range(k // 2)):
-        return 0
-    return k // 2
-
-
-def _anti(wts):
-    """The radius of an antisymmetric tap list of odd length >= 3 (``w[c+k] = -w[c-k]`` exactly:
-    lowered passes are canonical, ``_lowering.canonical_pass``), else 0."""
-    k = len(wts)
-    if k < 3 or k % 2 == 0 or any(wts[i] != -wts[k - 1 - i] for i in range(k // 2)):
-        return 0
-    return k // 2
-
-
 def _pair_radius(wts):
-    """``r`` for symmetric taps, ``-r`` for antisymmetric ones (SciPy's pair sums), else 0."""
-    return _sym(wts) or -_anti(wts)
+    """``r`` for the symmetric taps of radius ``r``, ``-r`` for antisymmetric ones (SciPy's pair
+    sums), else 0: SciPy's classification, ``_lowering.pass_kind`` (lowered taps are exact
+    mirrors, ``_lowering.canonical_pass``)."""
+    k = len(wts)
+    if k < 3:
+        return 0
+    kind = pass_kind(tuple(wts))
+    return k // 2 if kind == SYM else (-(k // 2) if kind == ANTI else 0)
 
 
-def _fwd_sym(p, backward):
+def _sym(wts):
+    """The radius of symmetric taps, else 0."""
+    return max(0, _pair_radius(wts))
+
+
+def _node_radius(p, backward):
     """The node table's radius: :func:`_pair_radius` of a forward pass, else 0."""
     return 0 if backward or p is None else _pair_radius(p.taps)
 
@@ -186,8 +181,8 @@ def _fwd_sym(p, backward):
 def _runs(rows, block=None):
     """Per row ``i``: non-zero where rows ``i .. i+R-1`` are *regular* -- the same weights on
     consecutive sources, shifted by one per row (and, with ``block``, in one block of rows): the
-    register-blocked step computes them together, one load per tap for ``R`` rows.  The flag
-    is 1, or ``2 + r`` where the weights are symmetric of radius ``r`` (folded taps)."""
+    register-blocked step computes them together, one load per tap for ``R`` rows (the node's
+    radius says how: ``NODE_LEN``)."""
     n = len(rows)
     sig = []
     for row in rows:
@@ -199,8 +194,7 @@ def _runs(rows, block=None):
         if s0 is None or (block and i // block != (i + R - 1) // block):
             continue
         if all(sig[i + r] is not None and sig[i + r][0] == s0[0] and sig[i + r][1] == s0[1] + r for r in range(1, R)):
-            rad = _sym(s0[0])
-            out[i] = 2 + rad if rad else 1
+            out[i] = 1
     return out
 
 
@@ -373,8 +367,8 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
     zn = []
     for comp, rows, p in zn_tab:
         runs = _runs(rows)
-        rad = _fwd_sym(p, backward)
-        rmax = max([rmax, abs(rad)] + [f - 2 for f in runs])
+        rad = _node_radius(p, backward)
+        rmax = max(rmax, abs(rad))
         zn += [comp, put(add_rows(rows)), put(runs), rad]
         maxe = max(maxe, max((len(r) for r in rows), default=0))
     # y-node table: parent, indptr position (entries: slot of the row's block)
@@ -387,8 +381,8 @@ def _build(spec, sizes, backward, nvol, nthreads, isz, magscale, epi_override=No
             pos = {r: j for j, r in enumerate(sl)}
             srows.append([(pos[s] if s >= 0 else -1, w) for s, w in row])
         runs = _runs(srows, BY)
-        rad = _fwd_sym(p, backward)
-        rmax = max([rmax, abs(rad)] + [f - 2 for f in runs])
+        rad = _node_radius(p, backward)
+        rmax = max(rmax, abs(rad))
         yn += [a, put(add_rows(srows)), put(runs), rad]
         maxe = max(maxe, max((len(r) for r in rows), default=0))
     # stencils
