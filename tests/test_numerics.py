@@ -320,6 +320,35 @@ def test_magnitude_rescales_where_the_squares_over_or_underflow(backend, op, sca
     assert torch.equal(ys == 0, y1 == 0)
 
 
+@pytest.mark.parametrize("layout", ["volume", "per-axis modes"])
+@pytest.mark.parametrize("op, scale_id", RESCALE_CASES)
+def test_volume_magnitude_rescales_where_the_squares_over_or_underflow(op, scale_id, layout):
+    """The CPU volume engine (three axes: the direct 3x3x3 path for ``sobel``, the general one
+    for ``central`` and Gaussians; two axes with per-axis modes) rescales as the planar one does."""
+    dtype, scale = SCALES[scale_id]
+    kw = dict(axes=(-3, -2, -1)) if layout == "volume" else dict(mode=("wrap", "nearest"))
+    if op == "gauss":
+        kw.setdefault("mode", "nearest")
+
+        def fn(t):
+            return tf.gaussian_gradient_magnitude(t, 1.2, backend="cpu", **kw)
+    else:
+        def fn(t):
+            return tf.gradient_magnitude(t, operator=op, backend="cpu", **kw)
+    x = torch.from_numpy(np.random.default_rng(6).uniform(-1.5, 1.5, (2, 5, 7, 9))).to(dtype)
+    x[0, 1:4, 2:5, 3:6] = 0.25
+    g = torch.from_numpy(np.random.default_rng(7).uniform(0.5, 1.5, x.shape)).to(dtype)
+    y1, g1 = _grad(fn, x, g)
+    ys, gs = _grad(fn, x * scale, g)
+    sq = torch.square(y1 * scale)
+    assert (~torch.isfinite(sq)).any() or (sq[y1 != 0] < torch.finfo(dtype).tiny).any()
+    assert torch.isfinite(ys).all() and torch.isfinite(gs).all()
+    rtol = 1e-6 if dtype == torch.float32 else 1e-14
+    torch.testing.assert_close(ys, y1 * scale, rtol=rtol, atol=0)
+    torch.testing.assert_close(gs, g1, rtol=rtol, atol=rtol * float(g1.abs().max()))
+    assert torch.equal(ys == 0, y1 == 0)
+
+
 def test_magnitude_of_an_alternating_column_is_finite(backend):
     """The issue's case: a column alternating +-1.5e38 along y, float32: finite derivatives of
     3e38, whose squares overflow."""

@@ -164,6 +164,66 @@ def test_paired_passes_give_scipys_bits(mode, no_reference):
         assert np.array_equal(got, ref)
 
 
+@pytest.fixture
+def direct_runs(monkeypatch):
+    """Counts the launches of the direct 3x3x3 gradient kernel (``volume_direct``)."""
+    n = {"launches": 0}
+    real = volume._k_grad3
+
+    def counted(*args):
+        n["launches"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(volume, "_k_grad3", counted)
+    return n
+
+
+@pytest.mark.parametrize("mode", MODES + (MIX, ("nearest", "reflect", "wrap")), ids=str)
+def test_3x3x3_gradients_give_scipys_bits(mode, direct_runs, no_reference):
+    """The direct path runs every component's passes in SciPy's order (the derivative first):
+    float64 ``sobel`` / ``prewitt`` components of volumes are SciPy's bits along every axis, in
+    every mode (``constant`` with ``cval = 0``), on sizes 1, 2 and odd, signs of zero included;
+    the magnitude is the correctly rounded ``sqrt`` of their sum of squares."""
+    rng = np.random.default_rng(8)
+
+    def bits(got, ref):
+        return np.array_equal(got, ref) and np.array_equal(np.signbit(got), np.signbit(ref))
+
+    for shape in ((2, 11, 19, 21), (1, 1, 3, 2), (3, 2, 1, 5), (1, 9, 12, 40)):
+        x = torch.from_numpy(rng.standard_normal(shape))
+        x[0, :1] = -1.0  # equal pairs
+        xn = x.numpy()
+        for op in ("sobel", "prewitt"):
+            g = tf.gradient(x, operator=op, axes=AX, mode=mode, backend="cpu").numpy()
+            for q in range(3):
+                ref = np.stack([getattr(ndi, op)(v, q, mode=mode) for v in xn])
+                assert bits(g[:, q], ref), (shape, op, q, np.abs(g[:, q] - ref).max())
+            m = tf.gradient_magnitude(x, operator=op, axes=AX, mode=mode, backend="cpu").numpy()
+            assert np.array_equal(m, np.sqrt(g[:, 0] * g[:, 0] + g[:, 1] * g[:, 1] + g[:, 2] * g[:, 2]))
+    assert direct_runs["launches"] >= 16
+
+
+def test_3x3x3_gradient_magnitude_cancels_before_it_smooths(direct_runs):
+    """Rows alternating +-3e38 in float32 (wrap: no border breaks the pattern): each derivative
+    cancels before any smoothing (SciPy's order), so the magnitude is SciPy's 0, with gradient 0
+    -- not ``inf - inf``.  Large finite components do not overflow the sum of squares."""
+    x = torch.zeros(2, 6, 8, 4)  # (even sizes: wrap keeps the pattern)
+    x[..., ::2, :] = 3e38
+    x[..., 1::2, :] = -3e38
+    for axis in (-3, -1):
+        xt = x.transpose(-2, axis).contiguous().requires_grad_()
+        y = tf.gradient_magnitude(xt, operator="sobel", axes=AX, mode="wrap", backend="cpu")
+        assert torch.equal(y, torch.zeros_like(y))
+        (g,) = torch.autograd.grad(y, xt, torch.ones_like(y))
+        assert torch.equal(g, torch.zeros_like(g))
+    x = torch.from_numpy(np.random.default_rng(9).standard_normal((2, 5, 6, 7))).float()
+    y = tf.gradient_magnitude(x * 2.0**100, operator="scharr", axes=AX, backend="cpu")
+    want = tf.gradient_magnitude(x.double(), operator="scharr", axes=AX, backend="reference") * 2.0**100
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y.double(), want, rtol=1e-6, atol=0)
+    assert direct_runs["launches"] >= 3
+
+
 def test_per_axis_mode_gaussian_laplace_is_the_references_bits():
     """SciPy runs each term of ``gaussian_laplace`` with one axis's mode on every axis; the
     reference engine (which sums as SciPy does) is the oracle for per-axis modes."""

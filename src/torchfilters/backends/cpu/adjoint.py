@@ -254,7 +254,7 @@ def _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH
                         B[zr + k * ZL + j] = sc * B[q + k * RL + j]
                     fl = max(fl, _mag_flag(s, nz))
             if fl == _expo_all(zero):  # (rare) sums of squares that over/underflowed: rescaled
-                _mag_vjp_fix(B, q, RL, zr, ZL, K, sl, gp, grow, gsW)
+                _mag_vjp_fix(B, q, RL, B, zr, ZL, K, sl, gp, grow, gsW)
         else:  # direction: d atan2(a, b) = (b da - a db) / (a^2 + b^2)
             for j in range(sl):
                 a = B[q + j]
@@ -266,9 +266,10 @@ def _filter_z(B, Ws, ZL, RL, Z0, S0, V0, R0, x, L, p, xsH, xsW, gp, gb, gsK, gsH
 
 
 @njit(**_JIT)
-def _mag_vjp_fix(B, q, RL, zr, ZL, K, sl, gp, grow, gsW):
-    """``g * y_k / |y|`` again where the sum of squares over/underflowed, with the rescaled
-    magnitude (``reference._magnitude_vjp``): ``g * (y_k/m) / sqrt(sum (y_j/m)**2)``."""
+def _mag_vjp_fix(B, q, RL, O, zr, ZL, K, sl, gp, grow, gsW):
+    """``O[zr + k*ZL + j] = g * y_k / |y|`` again where the sum of squares of ``y_k = B[q + k*RL + j]``
+    over/underflowed, with the rescaled magnitude (``reference._magnitude_vjp``):
+    ``g * (y_k/m) / sqrt(sum (y_j/m)**2)``; other pixels are left alone."""
     for j in range(sl):
         a = B[q + j]
         s = a * a
@@ -284,8 +285,8 @@ def _mag_vjp_fix(B, q, RL, zr, ZL, K, sl, gp, grow, gsW):
         g = _ld(gp, grow + j * gsW)
         if K == 2:
             ua, ub = _hyp2_vjp(g, a, B[q + RL + j])
-            B[zr + j] = ua
-            B[zr + ZL + j] = ub
+            O[zr + j] = ua
+            O[zr + ZL + j] = ub
             continue
         t = a / m
         r = t * t
@@ -294,7 +295,7 @@ def _mag_vjp_fix(B, q, RL, zr, ZL, K, sl, gp, grow, gsW):
             r += t * t
         sc = g / math.sqrt(r)
         for k in range(K):
-            B[zr + k * ZL + j] = sc * (B[q + k * RL + j] / m)
+            O[zr + k * ZL + j] = sc * (B[q + k * RL + j] / m)
 
 
 @njit(**_JIT)

@@ -16,7 +16,8 @@ Operations: ``_vld`` / ``_vst`` (unaligned load/store), ``_vstnt`` (a non-tempor
 lanes, masked: tails never touch memory past them), ``_vsplat`` (broadcast ``p[i]``),
 ``_vadd``, ``_vmul``, ``_vfma`` (``a*b + c`` through ``llvm.fmuladd``: one rounding where the
 host has FMA, as every AVX2 and AVX-512 machine does), ``_vnz`` (``-0.0``), ``_vrev`` (lanes reversed),
-``_vwts`` (a block of broadcast weights) and ``_vtaps2`` (a block of horizontal taps for two output vectors, its left windows taken
+``_vwts`` (a block of broadcast weights), ``_vmaxabs`` / ``_vmagodd`` / ``_vmagbad`` (the
+magnitude's rescaling test, ``reference._rescale``) and ``_vtaps2`` (a block of horizontal taps for two output vectors, its left windows taken
 from registers by constant shuffles).
 """
 
@@ -331,3 +332,63 @@ def _vtaps2(typingctx, a0, a1, b0, b1, A, B, C, s, q, WT, k0, r):
         return context.make_tuple(builder, tup, [ea, x1, eb, y1])
 
     return tup(a0, a1, b0, b1, A, B, C, s, q, WT, k0, r), codegen
+
+
+def _fconst(vt, x):
+    return ir.Constant(vt, [ir.Constant(vt.element, float(x))] * vt.count)
+
+
+def _any(builder, mask, count):
+    """Whether a lane of ``<count x i1>`` is set."""
+    bits = builder.bitcast(mask, ir.IntType(count))
+    return builder.icmp_unsigned("!=", bits, ir.Constant(ir.IntType(count), 0))
+
+
+def _tiny(vt):
+    return 1.1754943508222875e-38 if isinstance(vt.element, ir.FloatType) else 2.2250738585072014e-308
+
+
+@intrinsic
+def _vmaxabs(typingctx, m, v):
+    """Lane-wise ``max(m, |v|)`` (a NaN ``v`` leaves ``m``: the magnitude's scale, whose NaN
+    pixels need no rescaling)."""
+
+    def codegen(context, builder, sig, args):
+        mv, vv = args
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vv.type, [vv.type]), f"llvm.fabs.{_sfx(vv.type)}")
+        a = builder.call(fn, [vv])
+        return builder.select(builder.fcmp_ordered(">", a, mv), a, mv)
+
+    return m(m, v), codegen
+
+
+@intrinsic
+def _vmagodd(typingctx, s):
+    """Whether a lane of a sum of squares ``s`` is below the smallest normal (0 included), inf
+    or NaN: the cheap first test before :func:`_vmagbad`."""
+
+    def codegen(context, builder, sig, args):
+        sv = args[0]
+        vt = sv.type
+        odd = builder.or_(builder.fcmp_unordered("<", sv, _fconst(vt, _tiny(vt))),
+                          builder.fcmp_ordered("==", sv, _fconst(vt, float("inf"))))
+        return _any(builder, odd, vt.count)
+
+    return types.boolean(s), codegen
+
+
+@intrinsic
+def _vmagbad(typingctx, s, m):
+    """Whether a lane of the sum of squares ``s`` needs the rescaled magnitude
+    (``reference._rescale``): ``s`` is inf, or below the smallest normal while a component is
+    not 0 (``m = max |y_k| > 0``); never for NaN."""
+
+    def codegen(context, builder, sig, args):
+        sv, mv = args
+        vt = sv.type
+        small = builder.and_(builder.fcmp_ordered("<", sv, _fconst(vt, _tiny(vt))),
+                             builder.fcmp_ordered(">", mv, ir.Constant(vt, None)))
+        bad = builder.or_(builder.fcmp_ordered("==", sv, _fconst(vt, float("inf"))), small)
+        return _any(builder, bad, vt.count)
+
+    return types.boolean(s, m), codegen

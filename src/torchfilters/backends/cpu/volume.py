@@ -21,6 +21,11 @@ blur writing ``[use ? g / den : 0, use ? 0 : g]``, the transposed blur adding th
 **Falls back to** ``reference``: dense stencils, the ``direction`` epilogue, two passes along
 one axis, non-finite taps, ``constant`` mode with a non-finite ``cval``, empty tensors.
 
+**The direct 3x3x3 path** (``volume_direct``): the 3-D Sobel / Prewitt / Scharr gradient, its
+magnitude and the magnitude's backward scale, in one streaming pass with every component in
+SciPy's pass order (float64: SciPy's bits; the magnitude rescaled where its squares over- or
+underflow).
+
 **Kernels** (``volume_kernels``): one kernel per compute dtype (float32, float64) runs every
 plan (``volume_plan`` describes the tables).  Work items are ``(volume, block of rows, chunk of
 planes)``; per step of eight output planes: the z-passes of the rows the block reads (input rows
@@ -42,6 +47,7 @@ from .._lowering import lower
 from .buffers import _alloc
 from .plan import _small
 from .threads import _launch, _threads
+from .volume_direct import DirectPlan, _k_grad3, direct
 from .volume_kernels import _k_gsel, _k_vol
 from .volume_plan import EPI_ADDREST, EPI_BLEND, EPI_GDIV, EPI_NORM, EPI_NORMT, plan, supported
 
@@ -105,6 +111,11 @@ def _thr(thr, cd):
 
 def _run(vp, nv, s, rs, o, ro, a=None, ra=None, m=None, rm=None, thr=0.0):
     L = np.asarray(rs + ro + (ra or _NONE) + (rm or _NONE) + [nv], np.int64)
+    if isinstance(vp, DirectPlan):  # the direct 3x3x3 gradient path (``volume_direct``)
+        wt = vp.w64 if s.dtype == torch.float64 else vp.w32
+        _launch(_k_grad3, (s.data_ptr(), o.data_ptr(), 0 if a is None else a.data_ptr(), wt, vp.M, L),
+                vp.nitems, _threads(), _small(nv * s.shape[-3], s.shape[-2], s.shape[-1]))
+        return
     carrier = np.float64(0) if s.dtype == torch.float64 else np.float32(0)
     D, H, W = s.shape[-3:]
     _launch(_k_vol, (s.data_ptr(), o.data_ptr(), 0 if a is None else a.data_ptr(), 0 if m is None else m.data_ptr(),
@@ -135,7 +146,7 @@ def filter_forward(x, spec: FilterSpec, out=None):
     s, rs = _source(_vol(x, nd), cd)
     sizes = tuple(s.shape[-3:])
     nv = _nvol(s.shape)
-    vp = plan(spec, sizes, False, nv, _threads(), 8 if cd == torch.float64 else 4)
+    vp = direct(spec, sizes, nv, _threads()) or plan(spec, sizes, False, nv, _threads(), 8 if cd == torch.float64 else 4)
     o3shape = s.shape[:-3] + ((K,) if comps else ()) + sizes
     return _deliver(vp, nv, s, rs, x, o3shape, out, nd, cd, comps=comps, oshape=oshape)
 
@@ -161,7 +172,7 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
         s, rs = _source(x3, cd)
         g, rg = _source(_vol(grad.expand(spec.out_shape(x.shape)), nd), cd)
         tmp = _alloc(lead + (K,) + sizes, cd)  # (the output cache: no page faults once warm)
-        vp = plan(spec, sizes, False, nv, nt, isz, magscale=True)
+        vp = direct(spec, sizes, nv, nt, "magscale") or plan(spec, sizes, False, nv, nt, isz, magscale=True)
         _run(vp, nv, s, rs, tmp, _role(tmp, True), g, rg)
         src, rsrc = tmp, _role(tmp, True)
         bspec = spec._replace(epilogue="stack")  # each stencil reads its own component

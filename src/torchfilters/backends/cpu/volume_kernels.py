@@ -23,9 +23,11 @@ from numba import njit
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .adjoint import _mag_vjp_fix
+from .forward import _mag_fix
 from .prims import _JIT, _cvt, _ptr
 from .separable import _VL, _hpair, _ldv, _stv, _vblock, _vblock_anti
-from .simd import _vadd, _vfma, _vld, _vldm, _vmul, _vnz, _vsplat, _vst, _vstm, _vwts
+from .simd import _vadd, _vfma, _vld, _vldm, _vmagbad, _vmagodd, _vmaxabs, _vmul, _vnz, _vsplat, _vst, _vstm, _vwts
 from .volume_plan import (
     EPI_BLEND, EPI_MAG, EPI_MAGSCALE, EPI_NORM, EPI_NORMT, EPI_STACK, ST_LEN, V_BOX, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
     V_K, V_MAXE, V_NBY, V_NYN, V_NZC, V_NZN, V_PADL, V_PADR, V_PADT, V_RS, V_SLOT, V_SMAX, V_W, V_XN, V_XS, V_YN,
@@ -382,10 +384,24 @@ def _norm_row(epi, inrow, bx0, bx1, out, o0, oK, X, XS, aux, a0, M, m0, tv, ov, 
         _nseg(epi, False, out, o0, oK, X, XS, aux, a0, M, m0, tv, ov, bx1, W, L)
 
 
+@njit(inline="always", **_JIT)
+def _kbad(X, XS, K, j, s):
+    """Whether a lane of the sum of squares ``s`` of the ``K`` rows ``X[k*XS + j ..]`` needs the
+    rescaled magnitude (``simd._vmagbad``; the cheap ``_vmagodd`` test first)."""
+    if not _vmagodd(s):
+        return False
+    m = _vnz(X)
+    for k in range(K):
+        m = _vmaxabs(m, _vld(X, k * XS + j))
+    return _vmagbad(s, m)
+
+
 @njit(**_JIT)
 def _epilogue(epi, out, o0, oK, X, XS, aux, a0, K, W, F, L):
     """Combine the ``K`` stencil rows ``X[k*XS ..]`` of one output row (``sum``, ``magnitude``,
-    ``magscale``: ``out[k] = g * X[k] / |X|``, 0 where ``|X| = 0``)."""
+    ``magscale``: ``out[k] = g * X[k] / |X|``, 0 where ``|X| = 0``).  The magnitude and its scale
+    are rescaled as ``hypot`` where the sum of squares over- or underflows (the rare lanes again,
+    one by one: ``forward._mag_fix``, ``adjoint._mag_vjp_fix``)."""
     j = 0
     if epi == EPI_MAGSCALE:
         while j < W:
@@ -398,17 +414,19 @@ def _epilogue(epi, out, o0, oK, X, XS, aux, a0, K, W, F, L):
             sc = _vscale(_ldv(aux, a0 + j, n, L), _vsqrt(s))
             for k in range(K):
                 _stv(out, o0 + k * oK + j, _vmul(sc, _vld(X, k * XS + j)), n, L)
+            if _kbad(X, XS, K, j, s):
+                _mag_vjp_fix(X, j, XS, out, o0 + j, oK, K, n, aux, a0 + j, 1)
             j += L
         return
     while j < W:
         n = min(L, W - j)
         a = _vld(X, j)
         if epi == EPI_MAG:
-            a = _vmul(a, a)
+            s = _vmul(a, a)
             for k in range(1, K):
                 b = _vld(X, k * XS + j)
-                a = _vfma(b, b, a)
-            a = _vsqrt(a)
+                s = _vfma(b, b, s)
+            a = _vsqrt(s)
         else:
             for k in range(1, K):
                 a = _vadd(a, _vld(X, k * XS + j))
@@ -416,6 +434,8 @@ def _epilogue(epi, out, o0, oK, X, XS, aux, a0, K, W, F, L):
             _vst(out, o0 + j, a)
         else:
             _vstm(out, o0 + j, a, n)
+        if epi == EPI_MAG and _kbad(X, XS, K, j, s):
+            _mag_fix(out, o0 + j, 1, X, j, XS, K, n)
         j += L
 
 

@@ -1,0 +1,346 @@
+"""The direct 3x3x3 path of the volume engine: the 3-D Sobel, Prewitt and Scharr gradient (its
+magnitude, its three components, or the magnitude's backward scale) in one streaming pass.
+
+**Runs here** (:func:`direct_plan`): a float32 or float64 ``FilterSpec`` of three axes whose
+three stencils are the gradient of a 3-tap smoothing ``(s1, s0, s1)`` and a 3-tap derivative
+``(wl, wc, -wl)``: stencil ``k`` the derivative along axis ``k``, then the smoothing along the
+other two axes in axis order (what ``functional`` builds for ``sobel`` / ``prewitt`` /
+``scharr`` on ``axes`` of three); epilogues ``magnitude`` and ``stack``; every mode per axis,
+``constant`` with ``cval = +0`` (then SciPy's sequential padding is the zero padding of the
+input).  The rest of the volume engine runs everything else.
+
+**Order.**  Each component's passes run in the spec's (SciPy's) order: the derivative first,
+then the smoothing along the earlier, then the later axis, each pass as SciPy's
+``NI_Correlate1D`` sums a symmetric or antisymmetric 3-tap pass (``x0 * w0 + (xl +- xr) * wl``,
+products rounded, no fused multiply-add): float64 results are SciPy's bits, and no smoothing
+runs before a derivative that cancels (float32 rows alternating +-3e38 give SciPy's 0, not
+``inf - inf``).  The magnitude is the reference's ``sqrt(gz**2 + gy**2 + gx**2)``, rescaled
+as ``hypot`` where the sum of squares over- or underflows (``forward._mag_fix``).
+
+**Streaming.**  A work item is ``(volume, block of BY rows, chunk of planes)``.  Walking the
+planes of its chunk plus one halo plane each side, it keeps in a ring of three planes, per
+row of the block (and its halo rows for x): ``dx`` of the input row (the x-derivative), and
+``dy`` (the y-derivative); per output plane it forms ``sz(dx)`` and ``dz`` rows, then per
+output row the last passes (``sy(sz(dx))``, ``sx(sz(dy))``, ``sx(sy(dz))``) and the epilogue,
+and stores once.  Input rows are read in place; ``constant`` mode reads a zero row outside.
+Every buffer is per thread and a few dozen rows long: it stays in the first-level cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from ..._spec import FilterSpec
+from .._lowering import ANTI, SYM, pass_kind
+from .adjoint import _mag_vjp_fix
+from .forward import _mag_fix
+from .prims import _JIT, _ptr
+from .separable import _MODES, _VL, _ldv, _stv
+from .simd import _vadd, _vfma, _vld, _vldm, _vmagbad, _vmagodd, _vmaxabs, _vmul, _vsplat, _vsub
+from .volume_kernels import R_AUX, R_OUT, R_SRC, _voff, _vscale, _vsqrt
+from .volume_plan import modes3
+
+__all__ = ["DirectPlan", "direct", "direct_plan", "_k_grad3"]
+
+#: epilogues: the magnitude; the three components (``out[k]``); ``g * y_k / |y|`` (``out[k]``,
+#: the magnitude's backward scale, ``aux`` the gradient)
+EPI_D_MAG, EPI_D_STACK, EPI_D_MAGSCALE = 0, 1, 2
+#: rows of a work item's block
+BY = 8
+# M (int64): D, H, W, mode z, y, x, BY, blocks, planes per chunk, chunks, epilogue, forms (_anti, _sym)
+M_LEN = 13
+
+
+def direct_plan(spec, epilogue: str | None = None):
+    """The weights ``[wc, wl, s0, s1, 0]`` (float64) of ``spec`` (already ``lower``-ed) when the
+    direct path runs it (``epilogue`` overrides the spec's: ``"magscale"``), else None."""
+    if not isinstance(spec, FilterSpec) or spec.ndim != 3 or len(spec.stencils) != 3:
+        return None
+    epi = epilogue or spec.epilogue
+    if epi not in ("magnitude", "stack", "magscale"):
+        return None
+    modes = modes3(spec)
+    if "constant" in modes and (spec.cval != 0.0 or math.copysign(1.0, spec.cval) < 0):
+        return None
+    deriv = smooth = None
+    for k, st in enumerate(spec.stencils):
+        if st.kind != "sep" or len(st.passes) != 3:
+            return None
+        axes = [p.axis for p in st.passes]
+        want = [k - 3] + [a for a in (-3, -2, -1) if a != k - 3]
+        if axes != want or any(p.lo != -1 or len(p.taps) != 3 for p in st.passes):
+            return None
+        d, s1, s2 = (tuple(float(w) for w in p.taps) for p in st.passes)
+        if pass_kind(d) != ANTI or pass_kind(s1) != SYM or s1 != s2:
+            return None
+        if deriv is None:
+            deriv, smooth = d, s1
+        elif (d, s1) != (deriv, smooth):
+            return None
+    w = (deriv[1], deriv[0], smooth[1], smooth[0], 0.0)
+    if not all(math.isfinite(v) for v in w):
+        return None
+    return np.asarray(w, np.float64)
+
+
+class DirectPlan(NamedTuple):
+    """A launch of :func:`_k_grad3`: weights per compute dtype, ``M``, work items."""
+
+    w64: np.ndarray
+    w32: np.ndarray
+    M: np.ndarray
+    nitems: int
+
+
+@functools.lru_cache(maxsize=256)
+def direct(spec, sizes, nv, nthreads, epilogue=None):
+    """The :class:`DirectPlan` of ``spec`` (``lower``-ed) on ``nv`` volumes of ``sizes``, or None
+    where the direct path does not run it (:func:`direct_plan`)."""
+    w = direct_plan(spec, epilogue)
+    if w is None:
+        return None
+    D, H, W = sizes
+    nyb = -(-H // BY)
+    nzc = 1
+    while nv * nyb * nzc < 4 * nthreads and D // (nzc * 2) >= 8:
+        nzc *= 2  # too few items for the threads: chunks of planes (two halo planes each)
+    zc = -(-D // nzc)
+    nzc = -(-D // zc)
+    epi = {"magnitude": EPI_D_MAG, "stack": EPI_D_STACK, "magscale": EPI_D_MAGSCALE}[epilogue or spec.epilogue]
+    mz, my, mx = (_MODES[m] for m in modes3(spec))
+    wc, wl, s0, s1 = w[:4]
+    af = 1 if abs(wl) == 1.0 else 0
+    sf = (1 if s0 == 1.0 else 2 if s0 == 2.0 else 0) if s1 == 1.0 else 0
+    M = np.asarray([D, H, W, mz, my, mx, BY, nyb, zc, nzc, epi, af, sf], np.int64)
+    return DirectPlan(w, w.astype(np.float32), M, nv * nyb * nzc)
+
+
+# ----------------------------------------------------------------------------
+# device code
+
+
+@njit(inline="always", **_JIT)
+def _fold(i, n, mode):
+    """Index ``i`` folded onto ``[0, n)`` (``separable._MODES`` codes; ``constant``: -1)."""
+    if 0 <= i < n:
+        return i
+    if mode == 4:
+        return -1
+    if mode == 2:
+        return 0 if i < 0 else n - 1
+    if mode == 3:
+        return i % n
+    if mode == 1:
+        if n == 1:
+            return 0
+        p = 2 * n - 2
+        i %= p
+        return p - i if i >= n else i
+    p = 2 * n
+    i %= p
+    return p - 1 - i if i >= n else i
+
+
+@njit(inline="always", **_JIT)
+def _sym(a, c, b, s0, s1, sf):
+    """A symmetric 3-tap pass at one vector, SciPy's ``c * s0 + (a + b) * s1``; for ``s1 = 1`` and
+    ``s0`` 1 or 2 (``sf`` 1, 2) without the multiplies (the same bits: ``c + c`` is ``2 * c``,
+    overflow included)."""
+    pr = _vadd(a, b)
+    if sf == 1:
+        return _vadd(c, pr)
+    if sf == 2:
+        return _vadd(_vadd(c, c), pr)
+    return _vadd(_vmul(c, s0), _vmul(pr, s1))
+
+
+@njit(inline="always", **_JIT)
+def _anti(a, c, b, w0, wl, af):
+    """An antisymmetric 3-tap pass at one vector, SciPy's ``c * w0 + (a - b) * wl``; for
+    ``wl = +-1`` (``af`` 1) one fused multiply-add (exact: ``(a - b) * wl`` is)."""
+    if af == 1:
+        return _vfma(_vsub(a, b), wl, _vmul(c, w0))
+    return _vadd(_vmul(c, w0), _vmul(_vsub(a, b), wl))
+
+
+@njit(inline="always", **_JIT)
+def _pass3(dst, a, c, b, w0, wl, f, anti, W, L):
+    """``dst[j] = `` :func:`_anti` (``anti``) or :func:`_sym` of rows ``a, c, b`` over a row."""
+    j = 0
+    while j < W:
+        n = min(L, W - j)
+        if n == L:
+            va, vc, vb = _vld(a, j), _vld(c, j), _vld(b, j)
+        else:
+            va, vc, vb = _vldm(a, j, n), _vldm(c, j, n), _vldm(b, j, n)
+        r = _anti(va, vc, vb, w0, wl, f) if anti else _sym(va, vc, vb, w0, wl, f)
+        _stv(dst, j, r, n, L)
+        j += L
+
+
+@njit(**_JIT)
+def _dx_row(dst, src, W, w0, wl, af, w0s, wls, zs, xe, L):
+    """The x-derivative of an input row (read in place): ``src[x] * wc + (src[x-1] - src[x+1]) * wl``,
+    the end columns from the folded columns ``xe`` (``[fold(-1), fold(1), fold(W-2), fold(W)]``,
+    -1: a zero)."""
+    j = 1
+    while j < W - 1:
+        n = min(L, W - 1 - j)
+        _stv(dst, j, _anti(_ldv(src, j - 1, n, L), _ldv(src, j, n, L), _ldv(src, j + 1, n, L), w0, wl, af), n, L)
+        j += L
+    for e in range(2 if W > 1 else 1):
+        x = e * (W - 1)
+        f0 = xe[2 * e]
+        f1 = xe[2 * e + 1]
+        lo = src[f0] if f0 >= 0 else zs
+        hi = src[f1] if f1 >= 0 else zs
+        dst[x] = src[x] * w0s + (lo - hi) * wls
+
+
+@njit(inline="always", **_JIT)
+def _pads(T, W, xe, zs):
+    """The pads ``T[0]``, ``T[W + 1]`` of a padded row ``T[1 .. W]`` (folded, 0 in constant mode)."""
+    f0 = xe[0]
+    f1 = xe[3]
+    T[0] = T[1 + f0] if f0 >= 0 else zs
+    T[W + 1] = T[1 + f1] if f1 >= 0 else zs
+
+
+@njit(**_JIT)
+def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
+    """Work items ``it0 .. it1`` (module docstring): source ``sa``, output ``oa``, the gradient
+    ``ga`` (``magscale``), weights ``Wt = [wc, wl, s0, s1, 0]`` of the compute dtype, ``M``, the
+    layout ``La`` (``volume_kernels``' roles)."""
+    fz = Wt[0]
+    L = _VL(fz)
+    isz = Wt.itemsize
+    WP = _ptr(Wt.ctypes.data, fz)
+    w0 = _vsplat(WP, 0)
+    wl = _vsplat(WP, 1)
+    s0 = _vsplat(WP, 2)
+    s1 = _vsplat(WP, 3)
+    w0s, wls, zs = Wt[0], Wt[1], Wt[4]
+    zv = _vsplat(WP, 4)
+    D, H, W = Ma[0], Ma[1], Ma[2]
+    mz, my, mx = Ma[3], Ma[4], Ma[5]
+    by, nyb, zc, nzc, epi = Ma[6], Ma[7], Ma[8], Ma[9], Ma[10]
+    af, sf = Ma[11], Ma[12]
+    sD, sH = La[R_SRC + 4], La[R_SRC + 5]
+    oK, oD, oH = La[R_OUT + 3], La[R_OUT + 4], La[R_OUT + 5]
+    gD, gH = La[R_AUX + 4], La[R_AUX + 5]
+    RP = (W + 2 + L - 1) // L * L + L  # a row's pitch (a padded row: W + 2, and slack)
+    NR = by + 2
+    oDX = 0  # ring of 3 planes x NR rows: dx
+    oB = 3 * NR * RP  # ring of 3 planes x by rows: dy
+    oE = oB + 3 * by * RP  # NR rows: sz(dx)
+    oZ = oE + NR * RP  # NR rows: dz
+    oT = oZ + NR * RP  # 2 padded rows: sz(dy), sy(dz)
+    oC = oT + 2 * RP  # 3 rows of L: the components of a vector to rescale
+    o0 = oC + 3 * L  # the zero row
+    buf = np.zeros(o0 + RP, Wt.dtype)
+    ba = buf.ctypes.data
+    B = _ptr(ba, fz)
+    za = ba + o0 * isz
+    out = _ptr(oa, fz)
+    gp = _ptr(ga, fz)
+    # folded indices: planes -1 .. D, rows -1 .. H, the end columns' neighbours
+    zf = np.empty(D + 2, np.int64)
+    for i in range(D + 2):
+        zf[i] = _fold(i - 1, D, mz)
+    yf = np.empty(H + 2, np.int64)
+    for i in range(H + 2):
+        yf[i] = _fold(i - 1, H, my)
+    xe = np.empty(4, np.int64)
+    xe[0] = _fold(-1, W, mx)
+    xe[1] = _fold(1, W, mx)
+    xe[2] = _fold(W - 2, W, mx)
+    xe[3] = _fold(W, W, mx)
+    ra = np.empty(3 * NR, np.int64)  # ring of 3 planes: the addresses of rows y0-1 .. y1
+    per = nyb * nzc
+    for it in range(it0, it1):
+        v = it // per
+        rem = it % per
+        y0 = (rem // nzc) * by
+        y1 = min(H, y0 + by)
+        ny = y1 - y0
+        z0 = (rem % nzc) * zc
+        z1 = min(D, z0 + zc)
+        sb = _voff(La, R_SRC, v)
+        ob = _voff(La, R_OUT, v)
+        gb = _voff(La, R_AUX, v)
+        for zi in range(z0 - 1, z1 + 1):
+            sl = (zi - z0 + 1) % 3
+            zz = zf[zi + 1]
+            for q in range(ny + 2):
+                yy = yf[y0 + q]
+                ra[sl * NR + q] = za if zz < 0 or yy < 0 else sa + (sb + zz * sD + yy * sH) * isz
+            R = sl * NR
+            for q in range(ny + 2):  # dx of the rows y0-1 .. y1 of plane zi
+                _dx_row(_ptr(ba + (oDX + (sl * NR + q) * RP) * isz, fz), _ptr(ra[R + q], fz), W, w0, wl, af,
+                        w0s, wls, zs, xe, L)
+            for q in range(ny):  # dy of the rows y0 .. y1-1 of plane zi
+                _pass3(_ptr(ba + (oB + (sl * by + q) * RP) * isz, fz), _ptr(ra[R + q], fz), _ptr(ra[R + q + 1], fz),
+                       _ptr(ra[R + q + 2], fz), w0, wl, af, True, W, L)
+            if zi < z0 + 1:
+                continue
+            z = zi - 1
+            sm = (sl + 1) % 3  # the ring slots of planes z-1, z, z+1
+            sc = (sl + 2) % 3
+            for q in range(ny + 2):  # sz(dx), and dz, of the rows y0-1 .. y1
+                _pass3(_ptr(ba + (oE + q * RP) * isz, fz), _ptr(ba + (oDX + (sm * NR + q) * RP) * isz, fz),
+                       _ptr(ba + (oDX + (sc * NR + q) * RP) * isz, fz), _ptr(ba + (oDX + (sl * NR + q) * RP) * isz, fz),
+                       s0, s1, sf, False, W, L)
+                _pass3(_ptr(ba + (oZ + q * RP) * isz, fz), _ptr(ra[sm * NR + q], fz), _ptr(ra[sc * NR + q], fz),
+                       _ptr(ra[sl * NR + q], fz), w0, wl, af, True, W, L)
+            for q in range(ny):
+                T1 = _ptr(ba + oT * isz, fz)
+                T2 = _ptr(ba + (oT + RP) * isz, fz)
+                _pass3(_ptr(ba + (oT + 1) * isz, fz), _ptr(ba + (oB + (sm * by + q) * RP) * isz, fz),
+                       _ptr(ba + (oB + (sc * by + q) * RP) * isz, fz), _ptr(ba + (oB + (sl * by + q) * RP) * isz, fz),
+                       s0, s1, sf, False, W, L)
+                _pass3(_ptr(ba + (oT + RP + 1) * isz, fz), _ptr(ba + (oZ + q * RP) * isz, fz),
+                       _ptr(ba + (oZ + (q + 1) * RP) * isz, fz), _ptr(ba + (oZ + (q + 2) * RP) * isz, fz),
+                       s0, s1, sf, False, W, L)
+                _pads(T1, W, xe, zs)
+                _pads(T2, W, xe, zs)
+                E0 = _ptr(ba + (oE + q * RP) * isz, fz)
+                E1 = _ptr(ba + (oE + (q + 1) * RP) * isz, fz)
+                E2 = _ptr(ba + (oE + (q + 2) * RP) * isz, fz)
+                orow = ob + z * oD + (y0 + q) * oH
+                grow = gb + z * gD + (y0 + q) * gH
+                j = 0
+                while j < W:
+                    n = min(L, W - j)
+                    gx = _sym(_ldv(E0, j, n, L), _ldv(E1, j, n, L), _ldv(E2, j, n, L), s0, s1, sf)
+                    gy = _sym(_ldv(T1, j, n, L), _ldv(T1, j + 1, n, L), _ldv(T1, j + 2, n, L), s0, s1, sf)
+                    gz = _sym(_ldv(T2, j, n, L), _ldv(T2, j + 1, n, L), _ldv(T2, j + 2, n, L), s0, s1, sf)
+                    if epi == EPI_D_STACK:
+                        _stv(out, orow + j, gz, n, L)
+                        _stv(out, orow + oK + j, gy, n, L)
+                        _stv(out, orow + 2 * oK + j, gx, n, L)
+                    else:
+                        s = _vadd(_vadd(_vmul(gz, gz), _vmul(gy, gy)), _vmul(gx, gx))
+                        if epi == EPI_D_MAG:
+                            _stv(out, orow + j, _vsqrt(s), n, L)
+                        else:
+                            f = _vscale(_ldv(gp, grow + j, n, L), _vsqrt(s))
+                            _stv(out, orow + j, _vmul(f, gz), n, L)
+                            _stv(out, orow + oK + j, _vmul(f, gy), n, L)
+                            _stv(out, orow + 2 * oK + j, _vmul(f, gx), n, L)
+                        if _vmagodd(s) and _vmagbad(s, _vmaxabs(_vmaxabs(_vmaxabs(zv, gz), gy), gx)):
+                            C = _ptr(ba + oC * isz, fz)  # (rare) the rescaled formula, lane by lane
+                            _stv(C, 0, gz, L, L)
+                            _stv(C, L, gy, L, L)
+                            _stv(C, 2 * L, gx, L, L)
+                            if epi == EPI_D_MAG:
+                                _mag_fix(out, orow + j, 1, B, oC, L, 3, n)
+                            else:
+                                _mag_vjp_fix(B, oC, L, out, orow + j, oK, 3, n, gp, grow + j, 1)
+                    j += L
+    # (numba frees an array after its last use: the buffers read through raw pointers live to here)
+    return buf.size + zf.size + yf.size + xe.size + ra.size + Wt.size + Ma.size + La.size
