@@ -203,12 +203,13 @@ def _dx_row(dst, src, W, w0, wl, af, w0s, wls, zs, xe, L):
 
 
 @njit(inline="always", **_JIT)
-def _pads(T, W, xe, zs):
-    """The pads ``T[0]``, ``T[W + 1]`` of a padded row ``T[1 .. W]`` (folded, 0 in constant mode)."""
+def _pads(T, W, xe, zs, L):
+    """The pads ``T[L - 1]``, ``T[L + W]`` of a padded row ``T[L .. L + W)`` (folded, 0 in
+    constant mode)."""
     f0 = xe[0]
     f1 = xe[3]
-    T[0] = T[1 + f0] if f0 >= 0 else zs
-    T[W + 1] = T[1 + f1] if f1 >= 0 else zs
+    T[L - 1] = T[L + f0] if f0 >= 0 else zs
+    T[L + W] = T[L + f1] if f1 >= 0 else zs
 
 
 @njit(**_JIT)
@@ -233,17 +234,18 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     sD, sH = La[R_SRC + 4], La[R_SRC + 5]
     oK, oD, oH = La[R_OUT + 3], La[R_OUT + 4], La[R_OUT + 5]
     gD, gH = La[R_AUX + 4], La[R_AUX + 5]
-    RP = (W + 2 + L - 1) // L * L + L  # a row's pitch (a padded row: W + 2, and slack)
+    RQ = (W + L - 1) // L * L + L  # a row's pitch: whole vectors, and one more (an odd number of
+    RP = RQ + L  # vectors, mostly: rows do not share cache sets); a padded row's: its data at offset L
     NR = by + 2
     oDX = 0  # ring of 3 planes x NR rows: dx
-    oB = 3 * NR * RP  # ring of 3 planes x by rows: dy
-    oE = oB + 3 * by * RP  # NR rows: sz(dx)
-    oZ = oE + NR * RP  # NR rows: dz
-    oT = oZ + NR * RP  # 2 padded rows: sz(dy), sy(dz)
+    oB = 3 * NR * RQ  # ring of 3 planes x by rows: dy
+    oE = oB + 3 * by * RQ  # NR rows: sz(dx)
+    oZ = oE + NR * RQ  # NR rows: dz
+    oT = oZ + NR * RQ  # 2 padded rows: sz(dy), sy(dz)
     oC = oT + 2 * RP  # 3 rows of L: the components of a vector to rescale
     o0 = oC + 3 * L  # the zero row
-    buf = np.zeros(o0 + RP, Wt.dtype)
-    ba = buf.ctypes.data
+    buf = np.zeros(o0 + RP + L, Wt.dtype)
+    ba = (buf.ctypes.data + 63) // 64 * 64  # rows of whole, aligned vectors
     B = _ptr(ba, fz)
     za = ba + o0 * isz
     out = _ptr(oa, fz)
@@ -281,10 +283,10 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
                 ra[sl * NR + q] = za if zz < 0 or yy < 0 else sa + (sb + zz * sD + yy * sH) * isz
             R = sl * NR
             for q in range(ny + 2):  # dx of the rows y0-1 .. y1 of plane zi
-                _dx_row(_ptr(ba + (oDX + (sl * NR + q) * RP) * isz, fz), _ptr(ra[R + q], fz), W, w0, wl, af,
+                _dx_row(_ptr(ba + (oDX + (sl * NR + q) * RQ) * isz, fz), _ptr(ra[R + q], fz), W, w0, wl, af,
                         w0s, wls, zs, xe, L)
             for q in range(ny):  # dy of the rows y0 .. y1-1 of plane zi
-                _pass3(_ptr(ba + (oB + (sl * by + q) * RP) * isz, fz), _ptr(ra[R + q], fz), _ptr(ra[R + q + 1], fz),
+                _pass3(_ptr(ba + (oB + (sl * by + q) * RQ) * isz, fz), _ptr(ra[R + q], fz), _ptr(ra[R + q + 1], fz),
                        _ptr(ra[R + q + 2], fz), w0, wl, af, True, W, L)
             if zi < z0 + 1:
                 continue
@@ -292,33 +294,33 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
             sm = (sl + 1) % 3  # the ring slots of planes z-1, z, z+1
             sc = (sl + 2) % 3
             for q in range(ny + 2):  # sz(dx), and dz, of the rows y0-1 .. y1
-                _pass3(_ptr(ba + (oE + q * RP) * isz, fz), _ptr(ba + (oDX + (sm * NR + q) * RP) * isz, fz),
-                       _ptr(ba + (oDX + (sc * NR + q) * RP) * isz, fz), _ptr(ba + (oDX + (sl * NR + q) * RP) * isz, fz),
+                _pass3(_ptr(ba + (oE + q * RQ) * isz, fz), _ptr(ba + (oDX + (sm * NR + q) * RQ) * isz, fz),
+                       _ptr(ba + (oDX + (sc * NR + q) * RQ) * isz, fz), _ptr(ba + (oDX + (sl * NR + q) * RQ) * isz, fz),
                        s0, s1, sf, False, W, L)
-                _pass3(_ptr(ba + (oZ + q * RP) * isz, fz), _ptr(ra[sm * NR + q], fz), _ptr(ra[sc * NR + q], fz),
+                _pass3(_ptr(ba + (oZ + q * RQ) * isz, fz), _ptr(ra[sm * NR + q], fz), _ptr(ra[sc * NR + q], fz),
                        _ptr(ra[sl * NR + q], fz), w0, wl, af, True, W, L)
             for q in range(ny):
                 T1 = _ptr(ba + oT * isz, fz)
                 T2 = _ptr(ba + (oT + RP) * isz, fz)
-                _pass3(_ptr(ba + (oT + 1) * isz, fz), _ptr(ba + (oB + (sm * by + q) * RP) * isz, fz),
-                       _ptr(ba + (oB + (sc * by + q) * RP) * isz, fz), _ptr(ba + (oB + (sl * by + q) * RP) * isz, fz),
+                _pass3(_ptr(ba + (oT + L) * isz, fz), _ptr(ba + (oB + (sm * by + q) * RQ) * isz, fz),
+                       _ptr(ba + (oB + (sc * by + q) * RQ) * isz, fz), _ptr(ba + (oB + (sl * by + q) * RQ) * isz, fz),
                        s0, s1, sf, False, W, L)
-                _pass3(_ptr(ba + (oT + RP + 1) * isz, fz), _ptr(ba + (oZ + q * RP) * isz, fz),
-                       _ptr(ba + (oZ + (q + 1) * RP) * isz, fz), _ptr(ba + (oZ + (q + 2) * RP) * isz, fz),
+                _pass3(_ptr(ba + (oT + RP + L) * isz, fz), _ptr(ba + (oZ + q * RQ) * isz, fz),
+                       _ptr(ba + (oZ + (q + 1) * RQ) * isz, fz), _ptr(ba + (oZ + (q + 2) * RQ) * isz, fz),
                        s0, s1, sf, False, W, L)
-                _pads(T1, W, xe, zs)
-                _pads(T2, W, xe, zs)
-                E0 = _ptr(ba + (oE + q * RP) * isz, fz)
-                E1 = _ptr(ba + (oE + (q + 1) * RP) * isz, fz)
-                E2 = _ptr(ba + (oE + (q + 2) * RP) * isz, fz)
+                _pads(T1, W, xe, zs, L)
+                _pads(T2, W, xe, zs, L)
+                E0 = _ptr(ba + (oE + q * RQ) * isz, fz)
+                E1 = _ptr(ba + (oE + (q + 1) * RQ) * isz, fz)
+                E2 = _ptr(ba + (oE + (q + 2) * RQ) * isz, fz)
                 orow = ob + z * oD + (y0 + q) * oH
                 grow = gb + z * gD + (y0 + q) * gH
                 j = 0
                 while j < W:
                     n = min(L, W - j)
                     gx = _sym(_ldv(E0, j, n, L), _ldv(E1, j, n, L), _ldv(E2, j, n, L), s0, s1, sf)
-                    gy = _sym(_ldv(T1, j, n, L), _ldv(T1, j + 1, n, L), _ldv(T1, j + 2, n, L), s0, s1, sf)
-                    gz = _sym(_ldv(T2, j, n, L), _ldv(T2, j + 1, n, L), _ldv(T2, j + 2, n, L), s0, s1, sf)
+                    gy = _sym(_ldv(T1, L - 1 + j, n, L), _ldv(T1, L + j, n, L), _ldv(T1, L + 1 + j, n, L), s0, s1, sf)
+                    gz = _sym(_ldv(T2, L - 1 + j, n, L), _ldv(T2, L + j, n, L), _ldv(T2, L + 1 + j, n, L), s0, s1, sf)
                     if epi == EPI_D_STACK:
                         _stv(out, orow + j, gz, n, L)
                         _stv(out, orow + oK + j, gy, n, L)
