@@ -497,3 +497,54 @@ def test_property_matches_reference(h, w, lead, kh, kw, mode, dtype, kind, seed)
 @given(dtype=st.sampled_from(LOW_DTYPES), name=st.sampled_from(sorted(OPS)))
 def test_low_precision_matches_reference_sampled(dtype, name):
     test_low_precision_matches_reference(dtype, name)
+
+
+# ------------------------------------------------------------------ buffers behind raw pointers
+
+
+def _own_nodes(fn):
+    """The AST nodes of ``fn``'s body, not descending into nested functions."""
+    import ast
+
+    todo = list(fn.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def test_kernels_keep_raw_pointer_buffers_alive():
+    """numba frees a local array right after its last use (a later allocation then reuses the
+    memory), so a kernel that reads an array it made through a raw pointer (``.ctypes.data``)
+    must use the array again at its very end (each kernel returns a sum of their sizes).  A
+    missing one is a use-after-free that shows only under load (the direct 3x3x3 path had one:
+    a crash in a worker thread; the separable path's weights another)."""
+    import ast
+    import pathlib
+
+    import torchfilters.backends.cpu as cpu
+
+    made = {"empty", "zeros", "array", "full", "_cvt", "empty_like", "zeros_like", "copy", "astype"}
+    checked = 0
+    for path in sorted(pathlib.Path(cpu.__file__).parent.glob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            local, raw = set(), set()
+            for node in _own_nodes(fn):
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                    f = node.value.func
+                    if (f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")) in made:
+                        local |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+                if (isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.value, ast.Attribute)
+                        and node.value.attr == "ctypes" and isinstance(node.value.value, ast.Name)):
+                    raw.add(node.value.value.id)
+            need = raw & local
+            if not need:
+                continue
+            checked += 1
+            last = fn.body[-1]
+            used = {n.id for n in ast.walk(last) if isinstance(n, ast.Name)} if isinstance(last, ast.Return) else set()
+            assert need <= used, f"{path.name}:{fn.name} does not keep {sorted(need - used)} alive to its end"
+    assert checked >= 8  # the tiled, separable, direct and volume kernels

@@ -645,4 +645,6 @@ def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, accumulate, it0
                             _st(o, q, _ld(o, q) + OB[t * VS + j] if accumulate else OB[t * VS + j])
     if stream:
         _fence()
-    return vbuf.size + tbuf.size + cbuf.size + rows.size + obuf.size + Pa.size + La.size
+    # (numba frees an array after its last use: every array read through a raw pointer -- the
+    # compute-dtype weights ``Fa32`` too -- is used here)
+    return vbuf.size + tbuf.size + cbuf.size + rows.size + obuf.size + Fa32.size + Pa.size + La.size
