@@ -82,9 +82,10 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
         _launch(kernel, args + (D, F, T, L), nitems, nt, _small(N, H, W))
     elif (sinfo := sep_info(spec)) is not None:  # symmetric 1-D passes: the separable path
         _sep_launch(x, o2, L, sinfo, H, W, N, nt)
-    elif (sums := sep_sum_info(spec, x.dtype)) is not None:  # a sum of two such: two launches
-        _sep_launch(x, o2, L, sums[0], H, W, N, nt)
-        _sep_launch(x, o2, L, sums[1], H, W, N, nt, accumulate=True)
+    elif (sums := sep_sum_info(spec, x.dtype)) is not None:  # a sum of two such: one fused
+        if not _sep_launch(x, o2, L, sums[0], H, W, N, nt, second=sums[1]):  # launch, or two
+            _sep_launch(x, o2, L, sums[0], H, W, N, nt)
+            _sep_launch(x, o2, L, sums[1], H, W, N, nt, accumulate=True)
     else:
         P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
         _launch(_K_FILTER_FWD[info.epi], args + (P, F, L), -(-N // mp) * per, nt, _small(N, H, W))
@@ -93,9 +94,14 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
     return o
 
 
-def _sep_launch(x, o2, L, sinfo, H, W, N, nt, accumulate=False):
+_NO_SECOND = np.zeros(1, np.float64)
+
+
+def _sep_launch(x, o2, L, sinfo, H, W, N, nt, accumulate=False, second=None):
     """The symmetric separable path (``separable``) on prepared tensors (``accumulate``: added to
-    ``o2``'s values)."""
+    ``o2``'s values).  ``second``: a second stencil's info, added per block of rows in the same
+    launch where the output is written directly and both plans agree but for the weights;
+    returns whether it ran (else nothing did)."""
     isz = x.element_size()
     native = x.dtype in (torch.float32, torch.float64)
     inplace = native and x.data_ptr() % isz == 0 and inplace_ok(x, isz, sinfo)
@@ -105,8 +111,14 @@ def _sep_launch(x, o2, L, sinfo, H, W, N, nt, accumulate=False):
     stream = (direct and not accumulate and o2.numel() * isz >= _STREAM_BYTES and W >= _STREAM_MIN_W
               and o2.data_ptr() % 64 == 0 and all(s * isz % 64 == 0 for s in o2.stride()[:-1]))
     P, F, nitems = sep_plan(sinfo, H, W, N, nt, isz)
-    _launch(_k_sep, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L, inplace, direct, stream, accumulate),
+    Fb = _NO_SECOND
+    if second is not None:
+        P2, Fb, _ = sep_plan(second, H, W, N, nt, isz)
+        if not (direct and F.shape == Fb.shape and np.array_equal(P, P2)):
+            return False
+    _launch(_k_sep, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, Fb, L, inplace, direct, stream, accumulate),
             nitems, nt, _small(N, H, W))
+    return True
 
 
 def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):

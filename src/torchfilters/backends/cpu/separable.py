@@ -106,10 +106,11 @@ def sep_info(spec):
 
 def sep_sum_info(spec, dtype):
     """The two :func:`sep_info` of a ``sum`` of two stencils that each run on this path (a 2-D
-    ``gaussian_laplace``: ``G''_y G_x + G_y G''_x``), else None.  The second launch adds its
-    result to the first's (``accumulate``): one rounding per term and one for the sum, as the
-    tiled engine's ``sum`` epilogue, so only for float32 / float64 (a 16-bit output would round
-    the first term before the sum)."""
+    ``gaussian_laplace``: ``G''_y G_x + G_y G''_x``), else None.  The second stencil's result is
+    added to the first's, per block of rows in one launch (``_k_sep``'s ``Fb``) or by a second
+    launch (``accumulate``): one rounding per term and one for the sum, as the tiled engine's
+    ``sum`` epilogue, so only for float32 / float64 (a 16-bit output would round the first term
+    before the sum)."""
     if (not isinstance(spec, FilterSpec) or spec.epilogue != "sum" or len(spec.stencils) != 2
             or dtype not in (torch.float32, torch.float64)):
         return None
@@ -520,11 +521,13 @@ def _copy_row(T, t0, x, xa, sW, n):
 
 
 @njit(**_JIT)
-def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, accumulate, it0, it1):
+def _k_sep(xa, oa, carrier, Pa, Fa, Fb, La, inplace, direct, stream, accumulate, it0, it1):
     """Work items ``it0 .. it1`` of the separable path (``inplace``: read the input rows in
     place; ``direct``: store the output vectors straight into the output; ``stream``: with
     non-temporal stores; ``accumulate``: add the result to the output's values, for the second
-    stencil of a ``sum``)."""
+    stencil of a ``sum``).  ``Fb``, when it has more than one element, is a second stencil's
+    weights (the same radii and plan): per block of rows its result is added to the first's
+    while both are in cache (a ``sum`` of two stencils in one pass; ``direct`` only)."""
     x = _ptr(xa, carrier)
     o = _ptr(oa, carrier)
     Fa32 = _cvt(carrier, Fa)
@@ -551,6 +554,10 @@ def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, accumulate, it0
     vpad = P[S_VPAD] != 0
     wv = _ptr(Fa32.ctypes.data + isz, fz)
     wh = _ptr(Fa32.ctypes.data + (rv + 2) * isz, fz)
+    Fb32 = _cvt(carrier, Fb)
+    two = Fb32.size > 1 and direct
+    wv2 = _ptr(Fb32.ctypes.data + isz, fz)
+    wh2 = _ptr(Fb32.ctypes.data + (rv + 2) * isz, fz)
     L = _VL(fz)
     xsH, xsW = Lp[R_X + 4], Lp[R_X + 5]
     osH, osW = Lp[R_O + 4], Lp[R_O + 5]
@@ -613,30 +620,33 @@ def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, accumulate, it0
                         _prefetch_rows(x, P, fold, ra - E + blk * R + R + 2 * E, R, xb, xsH, xsW, sgo, nsg)
                     elif it + 1 < it1 and (it + 1) % NB != 0:
                         _prefetch_rows(x, P, fold, rb + E, R, xb, xsH, xsW, sgo, nsg)
-                # vertical pass of every segment: intermediate row t <-> output row ra + blk*R + t
-                tcol = 0
-                for sg in range(nsg):
-                    e = sgo + 3 * sg
-                    n = P[e + 2]
-                    s0 = P[e] if inplace else tcol
-                    for j in range(0, n, L):
-                        _vblock(V, P[e + 1] + j, VS, rp, blk * R + E, s0 + j, min(L, n - j), wv, rv, L, fz)
-                    tcol += -(-n // L) * L
                 nr = min(R, rb - ra - blk * R)
-                if vpad:
-                    _pad_rows(V, VS, G, nr, W, c0, cw, mode, Fc, L)
-                else:
-                    for t in range(nr):
-                        for f in range(npd):
-                            dst = P[pdo + 2 * f]
-                            src = P[pdo + 2 * f + 1]
-                            V[t * VS + dst] = cval if src < 0 else V[t * VS + src]
                 i0 = ra + blk * R
-                if direct:
-                    dst, d0, dstride, nt = O, ob + i0 * osH + c0, osH, 2 if accumulate else (1 if stream else 0)
-                else:  # (one call site: one compiled _hrows)
-                    dst, d0, dstride, nt = OB, np.int64(0), VS, 0
-                _hrows(dst, d0, dstride, V, VS, G, nr, cw, wh, rh, L, nt)
+                for k in range(2 if two else 1):  # (two: the second stencil added to the first)
+                    # vertical pass of every segment: intermediate row t <-> output row ra + blk*R + t
+                    wvk = wv2 if k == 1 else wv
+                    tcol = 0
+                    for sg in range(nsg):
+                        e = sgo + 3 * sg
+                        n = P[e + 2]
+                        s0 = P[e] if inplace else tcol
+                        for j in range(0, n, L):
+                            _vblock(V, P[e + 1] + j, VS, rp, blk * R + E, s0 + j, min(L, n - j), wvk, rv, L, fz)
+                        tcol += -(-n // L) * L
+                    if vpad:
+                        _pad_rows(V, VS, G, nr, W, c0, cw, mode, Fc, L)
+                    else:
+                        for t in range(nr):
+                            for f in range(npd):
+                                dst = P[pdo + 2 * f]
+                                src = P[pdo + 2 * f + 1]
+                                V[t * VS + dst] = cval if src < 0 else V[t * VS + src]
+                    if direct:
+                        dst, d0, dstride = O, ob + i0 * osH + c0, osH
+                        nt = 2 if accumulate or k == 1 else (1 if stream and not two else 0)
+                    else:  # (one call site: one compiled _hrows)
+                        dst, d0, dstride, nt = OB, np.int64(0), VS, 0
+                    _hrows(dst, d0, dstride, V, VS, G, nr, cw, wh2 if k == 1 else wh, rh, L, nt)
                 if not direct:
                     for t in range(nr):
                         orow = ob + (i0 + t) * osH + c0 * osW
@@ -647,4 +657,4 @@ def _k_sep(xa, oa, carrier, Pa, Fa, La, inplace, direct, stream, accumulate, it0
         _fence()
     # (numba frees an array after its last use: every array read through a raw pointer -- the
     # compute-dtype weights ``Fa32`` too -- is used here)
-    return vbuf.size + tbuf.size + cbuf.size + rows.size + obuf.size + Fa32.size + Pa.size + La.size
+    return vbuf.size + tbuf.size + cbuf.size + rows.size + obuf.size + Fa32.size + Fb32.size + Pa.size + La.size
