@@ -8,6 +8,8 @@ not the reference fallback, ran.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import scipy.ndimage as ndi
@@ -200,7 +202,70 @@ def test_3x3x3_gradients_give_scipys_bits(mode, direct_runs, no_reference):
                 assert bits(g[:, q], ref), (shape, op, q, np.abs(g[:, q] - ref).max())
             m = tf.gradient_magnitude(x, operator=op, axes=AX, mode=mode, backend="cpu").numpy()
             assert np.array_equal(m, np.sqrt(g[:, 0] * g[:, 0] + g[:, 1] * g[:, 1] + g[:, 2] * g[:, 2]))
-    assert direct_runs["launches"] >= 16
+        # axes in another order: the components follow it (mode: per axis of ``axes``)
+        perm = (-1, -3, -2)
+        g = tf.gradient(x, operator="sobel", axes=perm, mode=mode, backend="cpu").numpy()
+        md = mode if isinstance(mode, str) else tuple(mode[perm.index(a)] for a in AX)
+        for k, a in enumerate(perm):
+            assert bits(g[:, k], np.stack([ndi.sobel(v, a + 3, mode=md) for v in xn])), (shape, perm, k)
+        m = tf.gradient_magnitude(x, operator="sobel", axes=perm, mode=mode, backend="cpu").numpy()
+        assert np.array_equal(m, np.sqrt(g[:, 0] * g[:, 0] + g[:, 1] * g[:, 1] + g[:, 2] * g[:, 2]))
+    assert direct_runs["launches"] >= 24
+
+
+def test_3x3x3_constant_mode_with_negative_zero_cval(direct_runs):
+    """``cval = -0.0`` pads with -0.0, not the zero padding the direct path runs: the general
+    engine does, whichever of ``+0.0`` and ``-0.0`` ran first (a spec with ``-0.0`` equals one with
+    ``+0.0``: the plan cache keys on the sign too)."""
+    x = torch.from_numpy(np.random.default_rng(3).standard_normal((5, 6, 7)))
+    want = np.stack([ndi.sobel(x.numpy(), q, mode="constant") for q in range(3)])
+    for cval in (-0.0, 0.0, -0.0):
+        before = direct_runs["launches"]
+        g = tf.gradient(x, operator="sobel", axes=AX, mode="constant", cval=cval, backend="cpu")
+        assert (direct_runs["launches"] > before) == (cval == 0.0 and math.copysign(1.0, cval) > 0)
+        np.testing.assert_allclose(g.numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["central 3 axes", "sobel 3 axes", "sobel per-axis modes", "central planar"])
+def test_magnitude_backward_with_an_infinite_component(case):
+    """Where a component is infinite the magnitude is inf and its gradient ``g * y_k / |y|`` is 0
+    for the finite components and NaN (``0 * inf``) for the infinite one, as in the reference --
+    not NaN for all (the rescaled formula divides by ``max |y_k| = inf``)."""
+    op, kind = case.split(" ", 1)
+    x = torch.zeros(7, 7, 7, dtype=torch.float64)
+    x[3, 3, 3] = float("inf")
+    kw = {"3 axes": dict(axes=AX), "per-axis modes": dict(mode=("wrap", "reflect")), "planar": {}}[kind]
+    grads = []
+    for backend in ("cpu", "reference"):
+        xg = x.clone().requires_grad_()
+        y = tf.gradient_magnitude(xg, operator=op, backend=backend, **kw)
+        (g,) = torch.autograd.grad(y, xg, torch.ones_like(y))
+        grads.append(g)
+    assert torch.equal(grads[0].isnan(), grads[1].isnan()), int(grads[0].isnan().sum())
+    ok = ~grads[1].isnan()
+    torch.testing.assert_close(grads[0][ok], grads[1][ok], rtol=1e-12, atol=1e-12)
+
+
+def test_magnitude_at_the_float32_overflow_edge():
+    """Components whose float32 sum of squares is just finite when each square is rounded (the
+    reference's sum), but inf with fused multiply-adds: the volume engine sums as the reference
+    does, so the rescaling test and the rescaled formula agree (was: inf, gradient 0)."""
+    a, b, c = 1.3127755e19, 1.0397376e19, 7.7355651e18
+    e = torch.zeros(3, 3, 3)
+    e[1, 1, 2] = 1.0
+    w = float(tf.gradient(e, operator="central", axes=AX)[2, 1, 1, 1])
+    x = torch.zeros(5, 5, 5)
+    x[3, 2, 2], x[2, 3, 2], x[2, 2, 3] = a / w, b / w, c / w
+    m = torch.zeros(5, 5, 5)
+    m[2, 2, 2] = 1.0
+    out = []
+    for backend in ("cpu", "reference"):
+        xg = x.clone().requires_grad_()
+        y = tf.gradient_magnitude(xg, operator="central", axes=AX, backend=backend)
+        (g,) = torch.autograd.grad(y, xg, m)
+        out.append((y[2, 2, 2], g[3, 2, 2]))
+    assert math.isfinite(out[0][0]) and torch.equal(out[0][0], out[1][0])
+    torch.testing.assert_close(out[0][1], out[1][1], rtol=1e-6, atol=0)
 
 
 def test_3x3x3_gradient_magnitude_cancels_before_it_smooths(direct_runs):

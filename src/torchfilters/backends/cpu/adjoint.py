@@ -280,8 +280,8 @@ def _mag_vjp_fix(B, q, RL, O, zr, ZL, K, sl, gp, grow, gsW):
             s += b * b
             nz |= b != 0
             m = max(m, abs(b))
-        if _mag_flag(s, nz) != _expo_all(s) or s != s:
-            continue
+        if _mag_flag(s, nz) != _expo_all(s) or s != s or m == np.inf:
+            continue  # (an infinite component: g / inf * y_k as computed, the reference's value)
         g = _ld(gp, grow + j * gsW)
         if K == 2:
             ua, ub = _hyp2_vjp(g, a, B[q + RL + j])

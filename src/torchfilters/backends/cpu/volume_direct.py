@@ -52,13 +52,16 @@ __all__ = ["DirectPlan", "direct", "direct_plan", "_k_grad3"]
 EPI_D_MAG, EPI_D_STACK, EPI_D_MAGSCALE = 0, 1, 2
 #: rows of a work item's block
 BY = 8
-# M (int64): D, H, W, mode z, y, x, BY, blocks, planes per chunk, chunks, epilogue, forms (_anti, _sym)
-M_LEN = 13
+# M (int64): D, H, W, mode z, y, x, BY, blocks, planes per chunk, chunks, epilogue, forms (_anti,
+# _sym), the axis (0 z, 1 y, 2 x) of stencil 0's, 1's and 2's derivative
+M_LEN = 16
 
 
 def direct_plan(spec, epilogue: str | None = None):
-    """The weights ``[wc, wl, s0, s1, 0]`` (float64) of ``spec`` (already ``lower``-ed) when the
-    direct path runs it (``epilogue`` overrides the spec's: ``"magscale"``), else None."""
+    """``(weights, order)`` of ``spec`` (already ``lower``-ed) when the direct path runs it
+    (``epilogue`` overrides the spec's: ``"magscale"``), else None: the weights
+    ``[wc, wl, s0, s1, 0]`` (float64), and per stencil the axis (0, 1, 2: z, y, x) of its
+    derivative (``axes`` in any order: the components come in the spec's order)."""
     if not isinstance(spec, FilterSpec) or spec.ndim != 3 or len(spec.stencils) != 3:
         return None
     epi = epilogue or spec.epilogue
@@ -68,11 +71,13 @@ def direct_plan(spec, epilogue: str | None = None):
     if "constant" in modes and (spec.cval != 0.0 or math.copysign(1.0, spec.cval) < 0):
         return None
     deriv = smooth = None
-    for k, st in enumerate(spec.stencils):
+    order = []
+    for st in spec.stencils:
         if st.kind != "sep" or len(st.passes) != 3:
             return None
         axes = [p.axis for p in st.passes]
-        want = [k - 3] + [a for a in (-3, -2, -1) if a != k - 3]
+        want = [axes[0]] + [a for a in (-3, -2, -1) if a != axes[0]]  # SciPy's: the others in order
+        order.append(axes[0] + 3)
         if axes != want or any(p.lo != -1 or len(p.taps) != 3 for p in st.passes):
             return None
         d, s1, s2 = (tuple(float(w) for w in p.taps) for p in st.passes)
@@ -83,9 +88,9 @@ def direct_plan(spec, epilogue: str | None = None):
         elif (d, s1) != (deriv, smooth):
             return None
     w = (deriv[1], deriv[0], smooth[1], smooth[0], 0.0)
-    if not all(math.isfinite(v) for v in w):
+    if not all(math.isfinite(v) for v in w) or sorted(order) != [0, 1, 2]:
         return None
-    return np.asarray(w, np.float64)
+    return np.asarray(w, np.float64), tuple(order)
 
 
 class DirectPlan(NamedTuple):
@@ -97,13 +102,19 @@ class DirectPlan(NamedTuple):
     nitems: int
 
 
-@functools.lru_cache(maxsize=256)
 def direct(spec, sizes, nv, nthreads, epilogue=None):
     """The :class:`DirectPlan` of ``spec`` (``lower``-ed) on ``nv`` volumes of ``sizes``, or None
     where the direct path does not run it (:func:`direct_plan`)."""
-    w = direct_plan(spec, epilogue)
-    if w is None:
+    return _direct(spec, math.copysign(1.0, spec.cval), sizes, nv, nthreads, epilogue)
+
+
+@functools.lru_cache(maxsize=256)
+def _direct(spec, sign, sizes, nv, nthreads, epilogue):
+    # (``sign``: -0.0 == 0.0 in the spec's key, but only +0 is the zero padding this path runs)
+    hit = direct_plan(spec, epilogue)
+    if hit is None:
         return None
+    w, order = hit
     D, H, W = sizes
     nyb = -(-H // BY)
     nzc = 1
@@ -116,7 +127,7 @@ def direct(spec, sizes, nv, nthreads, epilogue=None):
     wc, wl, s0, s1 = w[:4]
     af = 1 if abs(wl) == 1.0 else 0
     sf = (1 if s0 == 1.0 else 2 if s0 == 2.0 else 0) if s1 == 1.0 else 0
-    M = np.asarray([D, H, W, mz, my, mx, BY, nyb, zc, nzc, epi, af, sf], np.int64)
+    M = np.asarray([D, H, W, mz, my, mx, BY, nyb, zc, nzc, epi, af, sf, *order], np.int64)
     return DirectPlan(w, w.astype(np.float32), M, nv * nyb * nzc)
 
 
@@ -168,7 +179,7 @@ def _anti(a, c, b, w0, wl, af):
     return _vadd(_vmul(c, w0), _vmul(_vsub(a, b), wl))
 
 
-@njit(inline="always", **_JIT)
+@njit(**_JIT)
 def _pass3(dst, a, c, b, w0, wl, f, anti, W, L):
     """``dst[j] = `` :func:`_anti` (``anti``) or :func:`_sym` of rows ``a, c, b`` over a row."""
     j = 0
@@ -231,6 +242,7 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     mz, my, mx = Ma[3], Ma[4], Ma[5]
     by, nyb, zc, nzc, epi = Ma[6], Ma[7], Ma[8], Ma[9], Ma[10]
     af, sf = Ma[11], Ma[12]
+    p0, p1, p2 = Ma[13], Ma[14], Ma[15]
     sD, sH = La[R_SRC + 4], La[R_SRC + 5]
     oK, oD, oH = La[R_OUT + 3], La[R_OUT + 4], La[R_OUT + 5]
     gD, gH = La[R_AUX + 4], La[R_AUX + 5]
@@ -321,24 +333,26 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
                     gx = _sym(_ldv(E0, j, n, L), _ldv(E1, j, n, L), _ldv(E2, j, n, L), s0, s1, sf)
                     gy = _sym(_ldv(T1, L - 1 + j, n, L), _ldv(T1, L + j, n, L), _ldv(T1, L + 1 + j, n, L), s0, s1, sf)
                     gz = _sym(_ldv(T2, L - 1 + j, n, L), _ldv(T2, L + j, n, L), _ldv(T2, L + 1 + j, n, L), s0, s1, sf)
+                    g3 = (gz, gy, gx)
+                    a0, a1, a2 = g3[p0], g3[p1], g3[p2]  # the components in the spec's order
                     if epi == EPI_D_STACK:
-                        _stv(out, orow + j, gz, n, L)
-                        _stv(out, orow + oK + j, gy, n, L)
-                        _stv(out, orow + 2 * oK + j, gx, n, L)
+                        _stv(out, orow + j, a0, n, L)
+                        _stv(out, orow + oK + j, a1, n, L)
+                        _stv(out, orow + 2 * oK + j, a2, n, L)
                     else:
-                        s = _vadd(_vadd(_vmul(gz, gz), _vmul(gy, gy)), _vmul(gx, gx))
+                        s = _vadd(_vadd(_vmul(a0, a0), _vmul(a1, a1)), _vmul(a2, a2))
                         if epi == EPI_D_MAG:
                             _stv(out, orow + j, _vsqrt(s), n, L)
                         else:
                             f = _vscale(_ldv(gp, grow + j, n, L), _vsqrt(s))
-                            _stv(out, orow + j, _vmul(f, gz), n, L)
-                            _stv(out, orow + oK + j, _vmul(f, gy), n, L)
-                            _stv(out, orow + 2 * oK + j, _vmul(f, gx), n, L)
-                        if _vmagodd(s) and _vmagbad(s, _vmaxabs(_vmaxabs(_vmaxabs(zv, gz), gy), gx)):
+                            _stv(out, orow + j, _vmul(f, a0), n, L)
+                            _stv(out, orow + oK + j, _vmul(f, a1), n, L)
+                            _stv(out, orow + 2 * oK + j, _vmul(f, a2), n, L)
+                        if _vmagodd(s) and _vmagbad(s, _vmaxabs(_vmaxabs(_vmaxabs(zv, a0), a1), a2)):
                             C = _ptr(ba + oC * isz, fz)  # (rare) the rescaled formula, lane by lane
-                            _stv(C, 0, gz, L, L)
-                            _stv(C, L, gy, L, L)
-                            _stv(C, 2 * L, gx, L, L)
+                            _stv(C, 0, a0, L, L)
+                            _stv(C, L, a1, L, L)
+                            _stv(C, 2 * L, a2, L, L)
                             if epi == EPI_D_MAG:
                                 _mag_fix(out, orow + j, 1, B, oC, L, 3, n)
                             else:

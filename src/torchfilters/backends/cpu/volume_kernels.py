@@ -408,9 +408,9 @@ def _epilogue(epi, out, o0, oK, X, XS, aux, a0, K, W, F, L):
             n = min(L, W - j)
             a = _vld(X, j)
             s = _vmul(a, a)
-            for k in range(1, K):
+            for k in range(1, K):  # (no fused multiply-add: the rescaling test sees this sum)
                 b = _vld(X, k * XS + j)
-                s = _vfma(b, b, s)
+                s = _vadd(s, _vmul(b, b))
             sc = _vscale(_ldv(aux, a0 + j, n, L), _vsqrt(s))
             for k in range(K):
                 _stv(out, o0 + k * oK + j, _vmul(sc, _vld(X, k * XS + j)), n, L)
@@ -423,9 +423,9 @@ def _epilogue(epi, out, o0, oK, X, XS, aux, a0, K, W, F, L):
         a = _vld(X, j)
         if epi == EPI_MAG:
             s = _vmul(a, a)
-            for k in range(1, K):
+            for k in range(1, K):  # (the reference's sum, as the rescaling test recomputes it)
                 b = _vld(X, k * XS + j)
-                s = _vfma(b, b, s)
+                s = _vadd(s, _vmul(b, b))
             a = _vsqrt(s)
         else:
             for k in range(1, K):
