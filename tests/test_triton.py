@@ -470,6 +470,43 @@ def test_kernels_compile_for_sm90():
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
 
+def test_3x3x3_gradient_runs_fused(T):
+    """The 3-D Sobel / Prewitt / Scharr gradient runs on the fused 3x3x3 kernel (``triton/volume``,
+    the host rule shared with the CPU's direct path): float64 components are the CPU path's bits
+    -- SciPy's, signs of zero included -- in every mode, per-axis modes and axes in any order;
+    the magnitude is the same and rescales where its squares overflow; float32 and bfloat16 are
+    the CPU engine's values; ``out=`` is written."""
+    import numpy as np
+    import scipy.ndimage as ndi
+
+    ax = (-3, -2, -1)
+    x = torch.from_numpy(np.random.default_rng(4).standard_normal((2, 5, 6, 7)))
+    x[0, :1] = -1.0  # equal pairs: signed zeros
+    for mode, op, axes in [("reflect", "sobel", ax), ("constant", "prewitt", ax), ("wrap", "scharr", (-1, -3, -2)),
+                           (("mirror", "nearest", "constant"), "sobel", ax), ("nearest", "sobel", (1, 2, 3))]:
+        before, fell = T.LAUNCHES["grad3"], sum(T.FALLBACKS.values())
+        g = tf.gradient(x, operator=op, axes=axes, mode=mode, backend="triton")
+        m = tf.gradient_magnitude(x, operator=op, axes=axes, mode=mode, backend="triton")
+        assert T.LAUNCHES["grad3"] == before + 2 and sum(T.FALLBACKS.values()) == fell, (mode, op)
+        gc = tf.gradient(x, operator=op, axes=axes, mode=mode, backend="cpu")
+        assert torch.equal(g, gc) and torch.equal(g.signbit(), gc.signbit()), (mode, op, axes)
+        assert torch.equal(m, tf.gradient_magnitude(x, operator=op, axes=axes, mode=mode, backend="cpu"))
+        if op == "sobel" and axes == ax and isinstance(mode, str):
+            for q in range(3):
+                assert np.array_equal(g[:, q].numpy(), np.stack([ndi.sobel(v, q, mode=mode) for v in x.numpy()]))
+    xf = x.float()
+    for dt in (torch.float32, torch.bfloat16):
+        y = tf.gradient_magnitude(xf.to(dt), operator="sobel", axes=ax, backend="triton")
+        assert y.dtype == dt and torch.equal(y, tf.gradient_magnitude(xf.to(dt), operator="sobel", axes=ax, backend="cpu"))
+    big = xf * 2.0**100
+    y = tf.gradient_magnitude(big, operator="sobel", axes=ax, backend="triton")
+    assert torch.isfinite(y).all()
+    close(y.double(), tf.gradient_magnitude(big.double(), operator="sobel", axes=ax, backend="reference"), 1e-6, "rescaled")
+    out = torch.full_like(xf, float("nan"))
+    assert tf.gradient_magnitude(xf, operator="sobel", axes=ax, out=out, backend="triton") is out
+    assert torch.equal(out, tf.gradient_magnitude(xf, operator="sobel", axes=ax, backend="cpu"))
+
+
 def test_volumes_and_per_axis_modes_fall_back_to_the_reference(T):
     """3-axis specs and 2-D specs whose axes read with different modes are not tiled by the
     plane engine yet: they run (and are counted) on the reference engine."""

@@ -1,7 +1,7 @@
 """The direct 3x3x3 path of the volume engine: the 3-D Sobel, Prewitt and Scharr gradient (its
 magnitude, its three components, or the magnitude's backward scale) in one streaming pass.
 
-**Runs here** (:func:`direct_plan`): a float32 or float64 ``FilterSpec`` of three axes whose
+**Runs here** (``backends._direct3.direct_plan``, shared with the Triton engine): a float32 or float64 ``FilterSpec`` of three axes whose
 three stencils are the gradient of a 3-tap smoothing ``(s1, s0, s1)`` and a 3-tap derivative
 ``(wl, wc, -wl)``: stencil ``k`` the derivative along axis ``k``, then the smoothing along the
 other two axes in axis order (what ``functional`` builds for ``sobel`` / ``prewitt`` /
@@ -35,17 +35,15 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from ..._spec import FilterSpec
-from .._lowering import ANTI, SYM, pass_kind
+from .._direct3 import direct_plan, modes3
 from .adjoint import _mag_vjp_fix
 from .forward import _mag_fix
 from .prims import _JIT, _ptr
 from .separable import _MODES, _VL, _ldv, _stv
 from .simd import _vadd, _vfma, _vld, _vldm, _vmagbad, _vmagodd, _vmaxabs, _vmul, _vsplat, _vsub
 from .volume_kernels import R_AUX, R_OUT, R_SRC, _voff, _vscale, _vsqrt
-from .volume_plan import modes3
 
-__all__ = ["DirectPlan", "direct", "direct_plan", "_k_grad3"]
+__all__ = ["DirectPlan", "direct", "_k_grad3"]
 
 #: epilogues: the magnitude; the three components (``out[k]``); ``g * y_k / |y|`` (``out[k]``,
 #: the magnitude's backward scale, ``aux`` the gradient)
@@ -55,42 +53,6 @@ BY = 8
 # M (int64): D, H, W, mode z, y, x, BY, blocks, planes per chunk, chunks, epilogue, forms (_anti,
 # _sym), the axis (0 z, 1 y, 2 x) of stencil 0's, 1's and 2's derivative
 M_LEN = 16
-
-
-def direct_plan(spec, epilogue: str | None = None):
-    """``(weights, order)`` of ``spec`` (already ``lower``-ed) when the direct path runs it
-    (``epilogue`` overrides the spec's: ``"magscale"``), else None: the weights
-    ``[wc, wl, s0, s1, 0]`` (float64), and per stencil the axis (0, 1, 2: z, y, x) of its
-    derivative (``axes`` in any order: the components come in the spec's order)."""
-    if not isinstance(spec, FilterSpec) or spec.ndim != 3 or len(spec.stencils) != 3:
-        return None
-    epi = epilogue or spec.epilogue
-    if epi not in ("magnitude", "stack", "magscale"):
-        return None
-    modes = modes3(spec)
-    if "constant" in modes and (spec.cval != 0.0 or math.copysign(1.0, spec.cval) < 0):
-        return None
-    deriv = smooth = None
-    order = []
-    for st in spec.stencils:
-        if st.kind != "sep" or len(st.passes) != 3:
-            return None
-        axes = [p.axis for p in st.passes]
-        want = [axes[0]] + [a for a in (-3, -2, -1) if a != axes[0]]  # SciPy's: the others in order
-        order.append(axes[0] + 3)
-        if axes != want or any(p.lo != -1 or len(p.taps) != 3 for p in st.passes):
-            return None
-        d, s1, s2 = (tuple(float(w) for w in p.taps) for p in st.passes)
-        if pass_kind(d) != ANTI or pass_kind(s1) != SYM or s1 != s2:
-            return None
-        if deriv is None:
-            deriv, smooth = d, s1
-        elif (d, s1) != (deriv, smooth):
-            return None
-    w = (deriv[1], deriv[0], smooth[1], smooth[0], 0.0)
-    if not all(math.isfinite(v) for v in w) or sorted(order) != [0, 1, 2]:
-        return None
-    return np.asarray(w, np.float64), tuple(order)
 
 
 class DirectPlan(NamedTuple):

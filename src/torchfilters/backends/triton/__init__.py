@@ -12,6 +12,7 @@ Modules:
   rows, constexpr taps), tried first;
 * :mod:`.footprint`: the general forward and backward kernels (any spec);
 * :mod:`.plan`: their host-side lowering and launch plans;
+* :mod:`.volume`: the fused 3x3x3 gradient (3-D Sobel, Prewitt, Scharr);
 * :mod:`.rank`, :mod:`.canny`: rank filters and Canny.
 
 ``benchmarks/gpu.py --compile-only`` compiles every variant for sm_90 without a GPU.
@@ -33,6 +34,7 @@ from .. import reference as _ref
 from .._layout import collapse_planes
 from .._planar import adapt as _adapt
 from . import rows as _rows
+from . import volume as _volume
 from . import rows_bwd as _rows_bwd
 from .footprint import _bwd_kernel, _fwd_kernel
 from .plan import (_BLEND, _DIR, _EPILOGUES, _MAG, _NORM, _PLANS, _STACK, _TILE, _U_DIR, _U_MAG, _U_NORM,  # noqa: F401
@@ -339,13 +341,19 @@ def _mask(mask, x):
     return mask.expand(x.shape)
 
 
-# specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of one row, or the reference
-# engine where no plane engine fits
+def _volume_forward(x, spec, out=None):
+    """A spec no plane engine maps: the fused 3x3x3 gradient (``volume``), else the reference."""
+    y = _volume.filter_forward(x, spec, out, LAUNCHES)
+    return y if y is not None else _fallback("filter_forward", x, spec, out=out)
+
+
+# specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of one row, the fused 3x3x3
+# gradient, or the reference engine where no Triton kernel fits
 filter_forward, filter_backward, blur_forward, blur_backward = _adapt(
     SimpleNamespace(filter_forward=_filter_forward_planes, filter_backward=_filter_backward_planes,
                     blur_forward=_blur_forward_planes, blur_backward=_blur_backward_planes),
-    SimpleNamespace(**{n: functools.partial(_fallback, n)
-                       for n in ("filter_forward", "filter_backward", "blur_forward", "blur_backward")}),
+    SimpleNamespace(filter_forward=_volume_forward,
+                    **{n: functools.partial(_fallback, n) for n in ("filter_backward", "blur_forward", "blur_backward")}),
 )
 
 from .rank import rank_backward, rank_forward  # noqa: E402,F401  (rank filters)
