@@ -1,13 +1,11 @@
 """The direct 3x3x3 path of the volume engine: the 3-D Sobel, Prewitt and Scharr gradient (its
 magnitude, its three components, or the magnitude's backward scale) in one streaming pass.
 
-**Runs here** (``backends._direct3.direct_plan``, shared with the Triton engine): a float32 or float64 ``FilterSpec`` of three axes whose
-three stencils are the gradient of a 3-tap smoothing ``(s1, s0, s1)`` and a 3-tap derivative
-``(wl, wc, -wl)``: stencil ``k`` the derivative along axis ``k``, then the smoothing along the
-other two axes in axis order (what ``functional`` builds for ``sobel`` / ``prewitt`` /
-``scharr`` on ``axes`` of three); epilogues ``magnitude`` and ``stack``; every mode per axis,
-``constant`` with ``cval = +0`` (then SciPy's sequential padding is the zero padding of the
-input).  The rest of the volume engine runs everything else.
+**Runs here**: what ``backends._direct3.direct_plan`` accepts (the rule is shared with the
+Triton engine): the gradient of a 3-tap smoothing and a 3-tap derivative over three axes in any
+order (``sobel`` / ``prewitt`` / ``scharr``), epilogues ``magnitude`` and ``stack``, every mode
+per axis, ``constant`` with ``cval = +0``; float32 and float64 (16-bit inputs are computed in
+float32).  The rest of the volume engine runs everything else.
 
 **Order.**  Each component's passes run in the spec's (SciPy's) order: the derivative first,
 then the smoothing along the earlier, then the later axis, each pass as SciPy's
