@@ -74,6 +74,13 @@ def _sym(a, c, b, S0: tl.constexpr, S1: tl.constexpr):
 
 
 @triton.jit
+def _mid(a, b, c, d, e, f, g, h, i, WC: tl.constexpr, WL: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr):
+    """The symmetric pass over three derivatives (``(a, b, c)``, ``(d, e, f)``, ``(g, h, i)``: each
+    the -1, 0, +1 samples along the derivative's axis)."""
+    return _sym(_anti(a, b, c, WC, WL), _anti(d, e, f, WC, WL), _anti(g, h, i, WC, WL), S0, S1)
+
+
+@triton.jit
 def _pick(gz, gy, gx, P: tl.constexpr):
     if P == 0:
         return gz
@@ -110,27 +117,17 @@ def _grad3_kernel(x_ptr, o_ptr, D, H, W, n1, s0, s1, sD, sH, sW, on1, os0, os1, 
         x_ptr, base + z * sD, ys, xs, H, W, sH, sW, tile, MY, MX, SY, SX)
     apmm, apmo, apmp, apom, apoo, apop, appm, appo, appp = _row9(
         x_ptr, base + zp * sD, ys, xs, H, W, sH, sW, _ok(tile, zt + 1, D, MZ), MY, MX, SY, SX)
-    # gz = sx(sy(dz))
-    gz = _sym(_sym(_anti(ammm, aomm, apmm, WC, WL), _anti(amom, aoom, apom, WC, WL),
-                   _anti(ampm, aopm, appm, WC, WL), S0, S1),
-              _sym(_anti(ammo, aomo, apmo, WC, WL), _anti(amoo, aooo, apoo, WC, WL),
-                   _anti(ampo, aopo, appo, WC, WL), S0, S1),
-              _sym(_anti(ammp, aomp, apmp, WC, WL), _anti(amop, aoop, apop, WC, WL),
-                   _anti(ampp, aopp, appp, WC, WL), S0, S1), S0, S1)
-    # gy = sx(sz(dy))
-    gy = _sym(_sym(_anti(ammm, amom, ampm, WC, WL), _anti(aomm, aoom, aopm, WC, WL),
-                   _anti(apmm, apom, appm, WC, WL), S0, S1),
-              _sym(_anti(ammo, amoo, ampo, WC, WL), _anti(aomo, aooo, aopo, WC, WL),
-                   _anti(apmo, apoo, appo, WC, WL), S0, S1),
-              _sym(_anti(ammp, amop, ampp, WC, WL), _anti(aomp, aoop, aopp, WC, WL),
-                   _anti(apmp, apop, appp, WC, WL), S0, S1), S0, S1)
-    # gx = sy(sz(dx))
-    gx = _sym(_sym(_anti(ammm, ammo, ammp, WC, WL), _anti(aomm, aomo, aomp, WC, WL),
-                   _anti(apmm, apmo, apmp, WC, WL), S0, S1),
-              _sym(_anti(amom, amoo, amop, WC, WL), _anti(aoom, aooo, aoop, WC, WL),
-                   _anti(apom, apoo, apop, WC, WL), S0, S1),
-              _sym(_anti(ampm, ampo, ampp, WC, WL), _anti(aopm, aopo, aopp, WC, WL),
-                   _anti(appm, appo, appp, WC, WL), S0, S1), S0, S1)
+    # gz = sx(sy(dz)), gy = sx(sz(dy)), gx = sy(sz(dx)): each the last pass over three columns
+    # (or rows) of the middle pass over three derivatives
+    gz = _sym(_mid(ammm, aomm, apmm, amom, aoom, apom, ampm, aopm, appm, WC, WL, S0, S1),
+              _mid(ammo, aomo, apmo, amoo, aooo, apoo, ampo, aopo, appo, WC, WL, S0, S1),
+              _mid(ammp, aomp, apmp, amop, aoop, apop, ampp, aopp, appp, WC, WL, S0, S1), S0, S1)
+    gy = _sym(_mid(ammm, amom, ampm, aomm, aoom, aopm, apmm, apom, appm, WC, WL, S0, S1),
+              _mid(ammo, amoo, ampo, aomo, aooo, aopo, apmo, apoo, appo, WC, WL, S0, S1),
+              _mid(ammp, amop, ampp, aomp, aoop, aopp, apmp, apop, appp, WC, WL, S0, S1), S0, S1)
+    gx = _sym(_mid(ammm, ammo, ammp, aomm, aomo, aomp, apmm, apmo, apmp, WC, WL, S0, S1),
+              _mid(amom, amoo, amop, aoom, aooo, aoop, apom, apoo, apop, WC, WL, S0, S1),
+              _mid(ampm, ampo, ampp, aopm, aopo, aopp, appm, appo, appp, WC, WL, S0, S1), S0, S1)
     a0 = _pick(gz, gy, gx, P0)
     a1 = _pick(gz, gy, gx, P1)
     a2 = _pick(gz, gy, gx, P2)
