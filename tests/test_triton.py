@@ -482,15 +482,17 @@ def test_3x3x3_gradient_runs_fused(T):
     ax = (-3, -2, -1)
     x = torch.from_numpy(np.random.default_rng(4).standard_normal((2, 5, 6, 7)))
     x[0, :1] = -1.0  # equal pairs: signed zeros
-    for mode, op, axes in [("reflect", "sobel", ax), ("constant", "prewitt", ax), ("wrap", "scharr", (-1, -3, -2)),
-                           (("mirror", "nearest", "constant"), "sobel", ax), ("nearest", "sobel", (1, 2, 3))]:
+    for mode, op, axes, norm in [("reflect", "sobel", ax, False), ("constant", "prewitt", ax, False),
+                                 ("wrap", "scharr", (-1, -3, -2), True), (("mirror", "nearest", "constant"), "sobel", ax, False),
+                                 ("nearest", "sobel", (1, 2, 3), True)]:
+        kw = dict(operator=op, axes=axes, mode=mode, normalized=norm)
         before, fell = T.LAUNCHES["grad3"], sum(T.FALLBACKS.values())
-        g = tf.gradient(x, operator=op, axes=axes, mode=mode, backend="triton")
-        m = tf.gradient_magnitude(x, operator=op, axes=axes, mode=mode, backend="triton")
+        g = tf.gradient(x, backend="triton", **kw)
+        m = tf.gradient_magnitude(x, backend="triton", **kw)
         assert T.LAUNCHES["grad3"] == before + 2 and sum(T.FALLBACKS.values()) == fell, (mode, op)
-        gc = tf.gradient(x, operator=op, axes=axes, mode=mode, backend="cpu")
+        gc = tf.gradient(x, backend="cpu", **kw)
         assert torch.equal(g, gc) and torch.equal(g.signbit(), gc.signbit()), (mode, op, axes)
-        assert torch.equal(m, tf.gradient_magnitude(x, operator=op, axes=axes, mode=mode, backend="cpu"))
+        assert torch.equal(m, tf.gradient_magnitude(x, backend="cpu", **kw))
         if op == "sobel" and axes == ax and isinstance(mode, str):
             for q in range(3):
                 assert np.array_equal(g[:, q].numpy(), np.stack([ndi.sobel(v, q, mode=mode) for v in x.numpy()]))

@@ -213,6 +213,26 @@ def test_3x3x3_gradients_give_scipys_bits(mode, direct_runs, no_reference):
     assert direct_runs["launches"] >= 24
 
 
+@pytest.mark.parametrize("mode", ("reflect", MIX))
+def test_3x3x3_normalized_gradients(mode, direct_runs):
+    """``normalized=True`` scales the last smoothing pass alone: the direct path runs it too, in
+    SciPy's order (``correlate1d``: the derivative, then the smoothings, the last scaled)."""
+    x = torch.from_numpy(np.random.default_rng(10).standard_normal((2, 6, 7, 9)))
+    m = mode if isinstance(mode, tuple) else (mode,) * 3
+    for op, smooth in (("sobel", [1.0, 2.0, 1.0]), ("scharr", [3.0, 10.0, 3.0])):
+        last = [w / (2 * sum(smooth) ** 2) for w in smooth]
+        before = direct_runs["launches"]
+        g = tf.gradient(x, operator=op, axes=AX, mode=mode, normalized=True, backend="cpu").numpy()
+        assert direct_runs["launches"] == before + 1
+        for q in range(3):
+            a, b = (a for a in range(3) if a != q)
+            want = []
+            for v in x.numpy():
+                t = ndi.correlate1d(v, [-1.0, 0.0, 1.0], q, mode=m[q])
+                want.append(ndi.correlate1d(ndi.correlate1d(t, smooth, a, mode=m[a]), last, b, mode=m[b]))
+            assert np.array_equal(g[:, q], np.stack(want)), (op, q)
+
+
 def test_3x3x3_constant_mode_with_negative_zero_cval(direct_runs):
     """``cval = -0.0`` pads with -0.0, not the zero padding the direct path runs: the general
     engine does, whichever of ``+0.0`` and ``-0.0`` ran first (a spec with ``-0.0`` equals one with

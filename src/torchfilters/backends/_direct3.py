@@ -2,9 +2,9 @@
 gradient kernels (``cpu/volume_direct``, ``triton/volume``), and with which weights.
 
 The rule, lowered once here for both: a ``FilterSpec`` of three axes whose three stencils are
-the gradient of a 3-tap smoothing ``(s1, s0, s1)`` and a 3-tap derivative ``(wl, wc, -wl)``
-(SciPy's antisymmetric form): stencil ``k`` the derivative along one axis, then the smoothing
-along the other two in axis order -- SciPy's ``sobel`` order, what ``functional`` builds for
+the gradient of 3-tap smoothings (symmetric; the last may differ from the middle one:
+``normalized``) and a 3-tap derivative ``(wl, wc, -wl)`` (SciPy's antisymmetric form): stencil
+``k`` the derivative along one axis, then the smoothing along the other two in axis order -- SciPy's ``sobel`` order, what ``functional`` builds for
 ``sobel`` / ``prewitt`` / ``scharr`` on three ``axes`` in any order; epilogues ``magnitude``
 and ``stack`` (and the magnitude's backward scale); every mode per axis, ``constant`` only with
 ``cval = +0`` (then SciPy's sequential padding is the zero padding of the input).
@@ -30,8 +30,10 @@ def modes3(spec):
 def direct_plan(spec, epilogue: str | None = None):
     """``(weights, order)`` of ``spec`` (already ``lower``-ed) when the direct path runs it
     (``epilogue`` overrides the spec's: ``"magscale"``), else None: the weights
-    ``[wc, wl, s0, s1, 0]`` (float64), and per stencil the axis (0, 1, 2: z, y, x) of its
-    derivative (``axes`` in any order: the components come in the spec's order)."""
+    ``[wc, wl, s0, s1, 0, t0, t1]`` (float64: the derivative's centre and left tap, the middle
+    smoothing's, a zero, the last smoothing's -- ``normalized`` scales the last pass alone), and
+    per stencil the axis (0, 1, 2: z, y, x) of its derivative (``axes`` in any order: the
+    components come in the spec's order)."""
     if not isinstance(spec, FilterSpec) or spec.ndim != 3 or len(spec.stencils) != 3:
         return None
     epi = epilogue or spec.epilogue
@@ -40,7 +42,7 @@ def direct_plan(spec, epilogue: str | None = None):
     modes = modes3(spec)
     if "constant" in modes and (spec.cval != 0.0 or math.copysign(1.0, spec.cval) < 0):
         return None
-    deriv = smooth = None
+    taps = None
     order = []
     for st in spec.stencils:
         if st.kind != "sep" or len(st.passes) != 3:
@@ -51,13 +53,14 @@ def direct_plan(spec, epilogue: str | None = None):
         if axes != want or any(p.lo != -1 or len(p.taps) != 3 for p in st.passes):
             return None
         d, s1, s2 = (tuple(float(w) for w in p.taps) for p in st.passes)
-        if pass_kind(d) != ANTI or pass_kind(s1) != SYM or s1 != s2:
+        if pass_kind(d) != ANTI or pass_kind(s1) != SYM or pass_kind(s2) != SYM:
             return None
-        if deriv is None:
-            deriv, smooth = d, s1
-        elif (d, s1) != (deriv, smooth):
+        if taps is None:
+            taps = (d, s1, s2)
+        elif (d, s1, s2) != taps:
             return None
-    w = (deriv[1], deriv[0], smooth[1], smooth[0], 0.0)
+    d, s1, s2 = taps
+    w = (d[1], d[0], s1[1], s1[0], 0.0, s2[1], s2[0])
     if not all(math.isfinite(v) for v in w) or sorted(order) != [0, 1, 2]:
         return None
     return np.asarray(w, np.float64), tuple(order)

@@ -49,8 +49,14 @@ EPI_D_MAG, EPI_D_STACK, EPI_D_MAGSCALE = 0, 1, 2
 #: rows of a work item's block
 BY = 8
 # M (int64): D, H, W, mode z, y, x, BY, blocks, planes per chunk, chunks, epilogue, forms (_anti,
-# _sym), the axis (0 z, 1 y, 2 x) of stencil 0's, 1's and 2's derivative
-M_LEN = 16
+# the middle _sym), the axis (0 z, 1 y, 2 x) of stencil 0's, 1's and 2's derivative, the last
+# _sym's form
+M_LEN = 17
+
+
+def _form(s0, s1):
+    """:func:`_sym`'s form for the taps ``(s1, s0, s1)``."""
+    return (1 if s0 == 1.0 else 2 if s0 == 2.0 else 0) if s1 == 1.0 else 0
 
 
 class DirectPlan(NamedTuple):
@@ -84,10 +90,9 @@ def _direct(spec, sign, sizes, nv, nthreads, epilogue):
     nzc = -(-D // zc)
     epi = {"magnitude": EPI_D_MAG, "stack": EPI_D_STACK, "magscale": EPI_D_MAGSCALE}[epilogue or spec.epilogue]
     mz, my, mx = (_MODES[m] for m in modes3(spec))
-    wc, wl, s0, s1 = w[:4]
-    af = 1 if abs(wl) == 1.0 else 0
-    sf = (1 if s0 == 1.0 else 2 if s0 == 2.0 else 0) if s1 == 1.0 else 0
-    M = np.asarray([D, H, W, mz, my, mx, BY, nyb, zc, nzc, epi, af, sf, *order], np.int64)
+    af = 1 if abs(w[1]) == 1.0 else 0
+    M = np.asarray([D, H, W, mz, my, mx, BY, nyb, zc, nzc, epi, af, _form(w[2], w[3]), *order, _form(w[5], w[6])],
+                   np.int64)
     return DirectPlan(w, w.astype(np.float32), M, nv * nyb * nzc)
 
 
@@ -186,7 +191,7 @@ def _pads(T, W, xe, zs, L):
 @njit(**_JIT)
 def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     """Work items ``it0 .. it1`` (module docstring): source ``sa``, output ``oa``, the gradient
-    ``ga`` (``magscale``), weights ``Wt = [wc, wl, s0, s1, 0]`` of the compute dtype, ``M``, the
+    ``ga`` (``magscale``), weights ``Wt = [wc, wl, s0, s1, 0, t0, t1]`` of the compute dtype, ``M``, the
     layout ``La`` (``volume_kernels``' roles)."""
     fz = Wt[0]
     L = _VL(fz)
@@ -196,12 +201,14 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     wl = _vsplat(WP, 1)
     s0 = _vsplat(WP, 2)
     s1 = _vsplat(WP, 3)
+    t0 = _vsplat(WP, 5)  # the last pass's (``normalized``: scaled)
+    t1 = _vsplat(WP, 6)
     w0s, wls, zs = Wt[0], Wt[1], Wt[4]
     zv = _vsplat(WP, 4)
     D, H, W = Ma[0], Ma[1], Ma[2]
     mz, my, mx = Ma[3], Ma[4], Ma[5]
     by, nyb, zc, nzc, epi = Ma[6], Ma[7], Ma[8], Ma[9], Ma[10]
-    af, sf = Ma[11], Ma[12]
+    af, sf, tf = Ma[11], Ma[12], Ma[16]
     p0, p1, p2 = Ma[13], Ma[14], Ma[15]
     sD, sH = La[R_SRC + 4], La[R_SRC + 5]
     oK, oD, oH = La[R_OUT + 3], La[R_OUT + 4], La[R_OUT + 5]
@@ -290,9 +297,9 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
                 j = 0
                 while j < W:
                     n = min(L, W - j)
-                    gx = _sym(_ldv(E0, j, n, L), _ldv(E1, j, n, L), _ldv(E2, j, n, L), s0, s1, sf)
-                    gy = _sym(_ldv(T1, L - 1 + j, n, L), _ldv(T1, L + j, n, L), _ldv(T1, L + 1 + j, n, L), s0, s1, sf)
-                    gz = _sym(_ldv(T2, L - 1 + j, n, L), _ldv(T2, L + j, n, L), _ldv(T2, L + 1 + j, n, L), s0, s1, sf)
+                    gx = _sym(_ldv(E0, j, n, L), _ldv(E1, j, n, L), _ldv(E2, j, n, L), t0, t1, tf)
+                    gy = _sym(_ldv(T1, L - 1 + j, n, L), _ldv(T1, L + j, n, L), _ldv(T1, L + 1 + j, n, L), t0, t1, tf)
+                    gz = _sym(_ldv(T2, L - 1 + j, n, L), _ldv(T2, L + j, n, L), _ldv(T2, L + 1 + j, n, L), t0, t1, tf)
                     g3 = (gz, gy, gx)
                     a0, a1, a2 = g3[p0], g3[p1], g3[p2]  # the components in the spec's order
                     if epi == EPI_D_STACK:

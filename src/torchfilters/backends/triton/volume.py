@@ -93,6 +93,7 @@ def _pick(gz, gy, gx, P: tl.constexpr):
 @triton.jit
 def _grad3_kernel(x_ptr, o_ptr, D, H, W, n1, s0, s1, sD, sH, sW, on1, os0, os1, oK, oD, oH, oW, nty, ntx,
                   WC: tl.constexpr, WL: tl.constexpr, S0: tl.constexpr, S1: tl.constexpr,
+                  T0: tl.constexpr, T1: tl.constexpr,
                   MZ: tl.constexpr, MY: tl.constexpr, MX: tl.constexpr,
                   P0: tl.constexpr, P1: tl.constexpr, P2: tl.constexpr, MAG: tl.constexpr, F64: tl.constexpr,
                   SZ: tl.constexpr, SY: tl.constexpr, SX: tl.constexpr, BY: tl.constexpr, BX: tl.constexpr):
@@ -117,17 +118,17 @@ def _grad3_kernel(x_ptr, o_ptr, D, H, W, n1, s0, s1, sD, sH, sW, on1, os0, os1, 
         x_ptr, base + z * sD, ys, xs, H, W, sH, sW, tile, MY, MX, SY, SX)
     apmm, apmo, apmp, apom, apoo, apop, appm, appo, appp = _row9(
         x_ptr, base + zp * sD, ys, xs, H, W, sH, sW, _ok(tile, zt + 1, D, MZ), MY, MX, SY, SX)
-    # gz = sx(sy(dz)), gy = sx(sz(dy)), gx = sy(sz(dx)): each the last pass over three columns
-    # (or rows) of the middle pass over three derivatives
+    # gz = sx(sy(dz)), gy = sx(sz(dy)), gx = sy(sz(dx)): each the last pass (taps T) over three
+    # columns (or rows) of the middle pass (taps S) over three derivatives
     gz = _sym(_mid(ammm, aomm, apmm, amom, aoom, apom, ampm, aopm, appm, WC, WL, S0, S1),
               _mid(ammo, aomo, apmo, amoo, aooo, apoo, ampo, aopo, appo, WC, WL, S0, S1),
-              _mid(ammp, aomp, apmp, amop, aoop, apop, ampp, aopp, appp, WC, WL, S0, S1), S0, S1)
+              _mid(ammp, aomp, apmp, amop, aoop, apop, ampp, aopp, appp, WC, WL, S0, S1), T0, T1)
     gy = _sym(_mid(ammm, amom, ampm, aomm, aoom, aopm, apmm, apom, appm, WC, WL, S0, S1),
               _mid(ammo, amoo, ampo, aomo, aooo, aopo, apmo, apoo, appo, WC, WL, S0, S1),
-              _mid(ammp, amop, ampp, aomp, aoop, aopp, apmp, apop, appp, WC, WL, S0, S1), S0, S1)
+              _mid(ammp, amop, ampp, aomp, aoop, aopp, apmp, apop, appp, WC, WL, S0, S1), T0, T1)
     gx = _sym(_mid(ammm, ammo, ammp, aomm, aomo, aomp, apmm, apmo, apmp, WC, WL, S0, S1),
               _mid(amom, amoo, amop, aoom, aooo, aoop, apom, apoo, apop, WC, WL, S0, S1),
-              _mid(ampm, ampo, ampp, aopm, aopo, aopp, appm, appo, appp, WC, WL, S0, S1), S0, S1)
+              _mid(ampm, ampo, ampp, aopm, aopo, aopp, appm, appo, appp, WC, WL, S0, S1), T0, T1)
     a0 = _pick(gz, gy, gx, P0)
     a1 = _pick(gz, gy, gx, P1)
     a2 = _pick(gz, gy, gx, P2)
@@ -169,7 +170,7 @@ def filter_forward(x, spec, out=None, launches=None):
     hit = direct_plan(spec)
     if hit is None:
         return None
-    (wc, wl, s0, s1, _), order = hit
+    (wc, wl, s0, s1, _, t0, t1), order = hit
     cd = torch.float64 if x.dtype == torch.float64 else torch.float32
     xs = x if x.dtype == cd else x.to(cd)
     if _lead(xs, 3) is None:
@@ -191,7 +192,7 @@ def filter_forward(x, spec, out=None, launches=None):
     with torch.cuda.device(x.device) if x.device.type == "cuda" else _null():
         _grad3_kernel[(nv * D * nty * ntx,)](
             xs, o, D, H, W, n1, a0, a1, *xs.stride()[-3:], on1, b0, b1, oK, *o.stride()[-3:], nty, ntx,
-            WC=wc, WL=wl, S0=s0, S1=s1, MZ=mz, MY=my, MX=mx, P0=order[0], P1=order[1], P2=order[2], MAG=mag,
+            WC=wc, WL=wl, S0=s0, S1=s1, T0=t0, T1=t1, MZ=mz, MY=my, MX=mx, P0=order[0], P1=order[1], P2=order[2], MAG=mag,
             F64=cd == torch.float64, SZ=single_fold(D, 1, 1, modes[0]), SY=single_fold(H, 1, 1, modes[1]),
             SX=single_fold(W, 1, 1, modes[2]), BY=BY, BX=BX, enable_fp_fusion=False)
     if launches is not None:
