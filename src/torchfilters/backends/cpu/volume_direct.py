@@ -37,7 +37,7 @@ from .._direct3 import direct_plan, modes3
 from .adjoint import _mag_vjp_fix
 from .forward import _mag_fix
 from .prims import _JIT, _ptr
-from .separable import _MODES, _VL, _ldv, _stv
+from .separable import _VL, _fold1, _ldv, _stv
 from .simd import _vadd, _vfma, _vld, _vldm, _vmagbad, _vmagodd, _vmaxabs, _vmul, _vsplat, _vsub
 from .volume_kernels import R_AUX, R_OUT, R_SRC, _voff, _vscale, _vsqrt
 
@@ -48,10 +48,10 @@ __all__ = ["DirectPlan", "direct", "_k_grad3"]
 EPI_D_MAG, EPI_D_STACK, EPI_D_MAGSCALE = 0, 1, 2
 #: rows of a work item's block
 BY = 8
-# M (int64): D, H, W, mode z, y, x, BY, blocks, planes per chunk, chunks, epilogue, forms (_anti,
-# the middle _sym), the axis (0 z, 1 y, 2 x) of stencil 0's, 1's and 2's derivative, the last
-# _sym's form
-M_LEN = 17
+# M (int64): D, H, W, BY, blocks, planes per chunk, chunks, epilogue, forms (_anti, the middle
+# _sym), the axis (0 z, 1 y, 2 x) of stencil 0's, 1's and 2's derivative, the last _sym's form;
+# then the fold tables (:func:`direct`)
+M_FOLDS = 14
 
 
 def _form(s0, s1):
@@ -89,37 +89,19 @@ def _direct(spec, sign, sizes, nv, nthreads, epilogue):
     zc = -(-D // nzc)
     nzc = -(-D // zc)
     epi = {"magnitude": EPI_D_MAG, "stack": EPI_D_STACK, "magscale": EPI_D_MAGSCALE}[epilogue or spec.epilogue]
-    mz, my, mx = (_MODES[m] for m in modes3(spec))
+    mz, my, mx = modes3(spec)
     af = 1 if abs(w[1]) == 1.0 else 0
-    M = np.asarray([D, H, W, mz, my, mx, BY, nyb, zc, nzc, epi, af, _form(w[2], w[3]), *order, _form(w[5], w[6])],
+    # the fold tables (``separable._fold1``, once per plan): planes -1 .. D, rows -1 .. H, and the
+    # end columns' neighbours fold(-1), fold(1), fold(W-2), fold(W); -1: outside (constant)
+    folds = ([_fold1(D, i, mz) for i in range(-1, D + 1)] + [_fold1(H, i, my) for i in range(-1, H + 1)]
+             + [_fold1(W, i, mx) for i in (-1, 1, W - 2, W)])
+    M = np.asarray([D, H, W, BY, nyb, zc, nzc, epi, af, _form(w[2], w[3]), *order, _form(w[5], w[6])] + folds,
                    np.int64)
     return DirectPlan(w, w.astype(np.float32), M, nv * nyb * nzc)
 
 
 # ----------------------------------------------------------------------------
 # device code
-
-
-@njit(inline="always", **_JIT)
-def _fold(i, n, mode):
-    """Index ``i`` folded onto ``[0, n)`` (``separable._MODES`` codes; ``constant``: -1)."""
-    if 0 <= i < n:
-        return i
-    if mode == 4:
-        return -1
-    if mode == 2:
-        return 0 if i < 0 else n - 1
-    if mode == 3:
-        return i % n
-    if mode == 1:
-        if n == 1:
-            return 0
-        p = 2 * n - 2
-        i %= p
-        return p - i if i >= n else i
-    p = 2 * n
-    i %= p
-    return p - 1 - i if i >= n else i
 
 
 @njit(inline="always", **_JIT)
@@ -206,10 +188,12 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     w0s, wls, zs = Wt[0], Wt[1], Wt[4]
     zv = _vsplat(WP, 4)
     D, H, W = Ma[0], Ma[1], Ma[2]
-    mz, my, mx = Ma[3], Ma[4], Ma[5]
-    by, nyb, zc, nzc, epi = Ma[6], Ma[7], Ma[8], Ma[9], Ma[10]
-    af, sf, tf = Ma[11], Ma[12], Ma[16]
-    p0, p1, p2 = Ma[13], Ma[14], Ma[15]
+    by, nyb, zc, nzc, epi = Ma[3], Ma[4], Ma[5], Ma[6], Ma[7]
+    af, sf, tf = Ma[8], Ma[9], Ma[13]
+    p0, p1, p2 = Ma[10], Ma[11], Ma[12]
+    zf = Ma[M_FOLDS:M_FOLDS + D + 2]  # (views of M: the host's fold tables)
+    yf = Ma[M_FOLDS + D + 2:M_FOLDS + D + H + 4]
+    xe = Ma[M_FOLDS + D + H + 4:M_FOLDS + D + H + 8]
     sD, sH = La[R_SRC + 4], La[R_SRC + 5]
     oK, oD, oH = La[R_OUT + 3], La[R_OUT + 4], La[R_OUT + 5]
     gD, gH = La[R_AUX + 4], La[R_AUX + 5]
@@ -229,18 +213,6 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     za = ba + o0 * isz
     out = _ptr(oa, fz)
     gp = _ptr(ga, fz)
-    # folded indices: planes -1 .. D, rows -1 .. H, the end columns' neighbours
-    zf = np.empty(D + 2, np.int64)
-    for i in range(D + 2):
-        zf[i] = _fold(i - 1, D, mz)
-    yf = np.empty(H + 2, np.int64)
-    for i in range(H + 2):
-        yf[i] = _fold(i - 1, H, my)
-    xe = np.empty(4, np.int64)
-    xe[0] = _fold(-1, W, mx)
-    xe[1] = _fold(1, W, mx)
-    xe[2] = _fold(W - 2, W, mx)
-    xe[3] = _fold(W, W, mx)
     ra = np.empty(3 * NR, np.int64)  # ring of 3 planes: the addresses of rows y0-1 .. y1
     per = nyb * nzc
     for it in range(it0, it1):
@@ -326,4 +298,4 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
                                 _mag_vjp_fix(B, oC, L, out, orow + j, oK, 3, n, gp, grow + j, 1)
                     j += L
     # (numba frees an array after its last use: the buffers read through raw pointers live to here)
-    return buf.size + zf.size + yf.size + xe.size + ra.size + Wt.size + Ma.size + La.size
+    return buf.size + ra.size + Wt.size + Ma.size + La.size
