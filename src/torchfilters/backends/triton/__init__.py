@@ -34,7 +34,6 @@ from .. import reference as _ref
 from .._layout import collapse_planes
 from .._planar import adapt as _adapt
 from . import rows as _rows
-from . import volume as _volume
 from . import rows_bwd as _rows_bwd
 from .footprint import _bwd_kernel, _fwd_kernel
 from .plan import (_BLEND, _DIR, _EPILOGUES, _MAG, _NORM, _PLANS, _STACK, _TILE, _U_DIR, _U_MAG, _U_NORM,  # noqa: F401
@@ -342,9 +341,12 @@ def _mask(mask, x):
     return mask.expand(x.shape)
 
 
+from . import volume as _volume  # noqa: E402  (it takes _device and LAUNCHES from here)
+
+
 def _volume_forward(x, spec, out=None):
     """A spec no plane engine maps: the fused 3x3x3 gradient (``volume``), else the reference."""
-    y = _volume.filter_forward(x, spec, out, LAUNCHES)
+    y = _volume.filter_forward(x, spec, out)
     return y if y is not None else _fallback("filter_forward", x, spec, out=out)
 
 

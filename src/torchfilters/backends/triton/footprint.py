@@ -384,7 +384,7 @@ def _u_from_y(y0, y1, g, EPI: tl.constexpr, K: tl.constexpr, F64: tl.constexpr):
         s = y0 * y0
         if K == 2:
             s += y1 * y1
-        bad = _mag_bad(s, y0, y1, K, F64)
+        bad = _mag_bad(s, y0, y1, y1, K, F64)
         m = tl.abs(y0)
         if K == 2:
             m = tl.maximum(m, tl.abs(y1))
@@ -566,7 +566,7 @@ def _fwd_kernel(
         if K == 2:
             tl.store(optr + o_sk, acc1.to(OT), mask=valid)
     elif EPI == 1:
-        tl.store(optr, _magnitude(acc0, acc1, K, F64).to(OT), mask=valid)
+        tl.store(optr, _magnitude(acc0, acc1, acc1, K, F64).to(OT), mask=valid)
     elif EPI == 2:
         tl.store(optr, _atan2(acc0, acc1, F64).to(OT), mask=valid)
     elif EPI == 3 or EPI == 4 or EPI == 7:

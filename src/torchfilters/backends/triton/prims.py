@@ -134,12 +134,14 @@ def _any(b):
     return tl.reduce(tl.reduce(tl.reduce(b.to(tl.int32), 2, _maxi), 1, _maxi), 0, _maxi) > 0
 
 @triton.jit
-def _mag_bad(s, y0, y1, K: tl.constexpr, F64: tl.constexpr):
-    """Where the sum of squares ``s`` overflowed, or underflowed to 0 / a subnormal while a
-    component is not 0 (``reference._rescale``)."""
+def _mag_bad(s, y0, y1, y2, K: tl.constexpr, F64: tl.constexpr):
+    """Where the sum of squares ``s`` of the ``K`` (1 to 3) components ``y0, y1, y2`` overflowed,
+    or underflowed to 0 / a subnormal while a component is not 0 (``reference._rescale``)."""
     nz = y0 != 0
-    if K == 2:
+    if K >= 2:
         nz = nz | (y1 != 0)
+    if K == 3:
+        nz = nz | (y2 != 0)
     if F64:
         tiny = 2.2250738585072014e-308
     else:
@@ -147,31 +149,39 @@ def _mag_bad(s, y0, y1, K: tl.constexpr, F64: tl.constexpr):
     return (s == float("inf")) | ((s < tiny) & nz)
 
 @triton.jit
-def _mag_scaled(y0, y1, bad, K: tl.constexpr, F64: tl.constexpr):
-    """``(m', t0, t1, r)``: ``m' = max |y_k|`` where ``bad`` (finite, > 0; else 1), ``t_k = y_k / m'``,
-    ``r = sqrt(sum t_k**2)`` (``reference._scaled``)."""
+def _mag_scaled(y0, y1, y2, bad, K: tl.constexpr, F64: tl.constexpr):
+    """``(m, m', t0, t1, r)``: ``m = max |y_k|``, ``m' = m`` where ``bad`` (finite, > 0; else 1),
+    ``t_k = y_k / m'``, ``r = sqrt(sum t_k**2)`` (``reference._scaled``), for ``K`` (1 to 3)
+    components."""
     m = tl.abs(y0)
-    if K == 2:
+    if K >= 2:
         m = tl.maximum(m, tl.abs(y1))
+    if K == 3:
+        m = tl.maximum(m, tl.abs(y2))
     mm = tl.where(bad & (m > 0) & (m != float("inf")), m, 1.0)
     t0 = _div(y0, mm, F64)
     r = t0 * t0
     t1 = t0
-    if K == 2:
+    if K >= 2:
         t1 = _div(y1, mm, F64)
         r += t1 * t1
+    if K == 3:
+        t2 = _div(y2, mm, F64)
+        r += t2 * t2
     return m, mm, t0, t1, _sqrt(r, F64)
 
 @triton.jit
-def _magnitude(y0, y1, K: tl.constexpr, F64: tl.constexpr):
-    """``sqrt(sum y_k**2)``, rescaled where that sum over/underflows (a rare, block-uniform
-    branch)."""
+def _magnitude(y0, y1, y2, K: tl.constexpr, F64: tl.constexpr):
+    """``sqrt(sum y_k**2)`` of ``K`` (1 to 3) components, rescaled where that sum over/underflows
+    (a rare, block-uniform branch)."""
     s = y0 * y0
-    if K == 2:
+    if K >= 2:
         s += y1 * y1
+    if K == 3:
+        s += y2 * y2
     r = _sqrt(s, F64)
-    bad = _mag_bad(s, y0, y1, K, F64)
+    bad = _mag_bad(s, y0, y1, y2, K, F64)
     if _any(bad):
-        m, mm, t0, t1, q = _mag_scaled(y0, y1, bad, K, F64)
+        m, mm, t0, t1, q = _mag_scaled(y0, y1, y2, bad, K, F64)
         r = tl.where(bad, tl.where(m == float("inf"), m, mm * q), r)
     return r

@@ -359,8 +359,8 @@ def _sweep(x_ptr, xb, m_ptr, mb, o_ptr, ob, o_sk, x_sh, m_sh, o_sh, sok, r0, BH,
                     sq += y1 * y1
                 edge = _off_root(sq, y0, y1, F64)
                 if RESCUE:  # SciPy's rescaling where the sum is inf or subnormal, else the root
-                    bad = _mag_bad(sq, y0, y1, K, F64)
-                    m, mm, t0, t1, q = _mag_scaled(y0, y1, bad, K, F64)
+                    bad = _mag_bad(sq, y0, y1, y1, K, F64)
+                    m, mm, t0, t1, q = _mag_scaled(y0, y1, y1, bad, K, F64)
                     r = tl.where(bad, tl.where(m == float("inf"), m, mm * q), _sqrt(sq, F64))
                     tl.store(optr, _to_out(r, OT, INTERP), mask=smask & edge)
                 else:

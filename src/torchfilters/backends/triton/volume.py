@@ -23,8 +23,9 @@ from ..._spec import FilterSpec
 from .._direct3 import direct_plan, modes3
 from .._layout import collapse_planes
 from .._lowering import lower
+from . import LAUNCHES, _device  # (imported once the package defines them)
 from .plan import _MODES, single_fold
-from .prims import _any, _div, _fold, _inside, _sqrt
+from .prims import _fold, _inside, _magnitude
 
 __all__ = ["filter_forward"]
 
@@ -134,22 +135,7 @@ def _grad3_kernel(x_ptr, o_ptr, D, H, W, n1, s0, s1, sD, sH, sW, on1, os0, os1, 
     a2 = _pick(gz, gy, gx, P2)
     ob = (v // on1) * os0 + (v % on1) * os1 + z * oD + ys * oH + xs * oW
     if MAG:
-        s = a0 * a0 + a1 * a1 + a2 * a2
-        res = _sqrt(s, F64)
-        if F64:
-            tiny = 2.2250738585072014e-308
-        else:
-            tiny = 1.1754943508222875e-38
-        bad = (s == float("inf")) | ((s < tiny) & ((a0 != 0) | (a1 != 0) | (a2 != 0)))
-        if _any(bad):  # (rare, block-uniform) m * sqrt(sum (y_k/m)**2), m = max |y_k|
-            m = tl.maximum(tl.maximum(tl.abs(a0), tl.abs(a1)), tl.abs(a2))
-            mm = tl.where(bad & (m > 0) & (m != float("inf")), m, 1.0)
-            t0 = _div(a0, mm, F64)
-            t1 = _div(a1, mm, F64)
-            t2 = _div(a2, mm, F64)
-            q = _sqrt(t0 * t0 + t1 * t1 + t2 * t2, F64)
-            res = tl.where(bad, tl.where(m == float("inf"), m, mm * q), res)
-        tl.store(o_ptr + ob, res, mask=tile)
+        tl.store(o_ptr + ob, _magnitude(a0, a1, a2, 3, F64), mask=tile)
     else:
         tl.store(o_ptr + ob, a0, mask=tile)
         tl.store(o_ptr + ob + oK, a1, mask=tile)
@@ -161,7 +147,7 @@ def _lead(t, nd):
     return collapse_planes(t.shape[:-nd], t.stride()[:-nd])
 
 
-def filter_forward(x, spec, out=None, launches=None):
+def filter_forward(x, spec, out=None):
     """``spec`` on ``x`` through the fused gradient kernel, or None where it does not run
     (the caller falls back)."""
     if not isinstance(spec, FilterSpec) or x.numel() == 0 or spec.epilogue not in ("magnitude", "stack"):
@@ -189,24 +175,16 @@ def filter_forward(x, spec, out=None, launches=None):
     modes = modes3(spec)
     mz, my, mx = (_MODES[m] for m in modes)
     oK = 0 if mag else o.stride(-4)
-    with torch.cuda.device(x.device) if x.device.type == "cuda" else _null():
+    with _device(x):
         _grad3_kernel[(nv * D * nty * ntx,)](
             xs, o, D, H, W, n1, a0, a1, *xs.stride()[-3:], on1, b0, b1, oK, *o.stride()[-3:], nty, ntx,
             WC=wc, WL=wl, S0=s0, S1=s1, T0=t0, T1=t1, MZ=mz, MY=my, MX=mx, P0=order[0], P1=order[1], P2=order[2], MAG=mag,
             F64=cd == torch.float64, SZ=single_fold(D, 1, 1, modes[0]), SY=single_fold(H, 1, 1, modes[1]),
             SX=single_fold(W, 1, 1, modes[2]), BY=BY, BX=BX, enable_fp_fusion=False)
-    if launches is not None:
-        launches["grad3"] += 1
+    LAUNCHES["grad3"] += 1
     if out is None:
         return o if o.dtype == x.dtype else o.to(x.dtype)
     if o is not out:
         out.copy_(o)
     return out
 
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *a):
-        return False
