@@ -26,7 +26,7 @@ from numba.extending import intrinsic
 from .adjoint import _mag_vjp_fix
 from .forward import _mag_fix
 from .prims import _JIT, _cvt, _ptr
-from .separable import _VL, _hpair, _ldv, _stv, _vblock, _vblock_anti
+from .separable import _VL, _hpair, _ldv, _st8, _stv, _vblock, _vblock_anti
 from .simd import _vadd, _vfma, _vld, _vldm, _vmagbad, _vmagodd, _vmaxabs, _vmul, _vnz, _vsplat, _vst, _vstm, _vwts
 from .volume_plan import (
     EPI_BLEND, EPI_MAG, EPI_MAGSCALE, EPI_NORM, EPI_NORMT, EPI_STACK, ST_LEN, V_BOX, V_BY, V_CORR, V_D, V_EPI, V_EPOS, V_FCORR, V_FENT, V_G, V_H,
@@ -219,15 +219,7 @@ def _comb8(dst, d0, dstride, src, s0, sstride, w, w0, ne, n, L):
             a5 = _vfma(wv, x5, a5)
             a6 = _vfma(wv, x6, a6)
             a7 = _vfma(wv, x7, a7)
-        q = d0 + j
-        _stv(dst, q, a0, m, L)
-        _stv(dst, q + dstride, a1, m, L)
-        _stv(dst, q + 2 * dstride, a2, m, L)
-        _stv(dst, q + 3 * dstride, a3, m, L)
-        _stv(dst, q + 4 * dstride, a4, m, L)
-        _stv(dst, q + 5 * dstride, a5, m, L)
-        _stv(dst, q + 6 * dstride, a6, m, L)
-        _stv(dst, q + 7 * dstride, a7, m, L)
+        _st8(dst, d0 + j, dstride, a0, a1, a2, a3, a4, a5, a6, a7, m, L)
 
 
 @njit(**_JIT)
