@@ -509,12 +509,85 @@ def test_3x3x3_gradient_runs_fused(T):
     assert torch.equal(out, tf.gradient_magnitude(xf, operator="sobel", axes=ax, backend="cpu"))
 
 
-def test_volumes_and_per_axis_modes_fall_back_to_the_reference(T):
-    """3-axis specs and 2-D specs whose axes read with different modes are not tiled by the
-    plane engine yet: they run (and are counted) on the reference engine."""
-    x = rand(2, 4, 5, 6, seed=3)
-    for call in (lambda b: tf.gaussian_filter(x, 0.7, axes=(-3, -2, -1), backend=b),
-                 lambda b: tf.laplace(x, mode=("wrap", "reflect"), backend=b)):
+def test_volumes_and_per_axis_modes_run_as_chains_of_plane_launches(T):
+    """Separable specs of three axes, and 2-D specs whose axes read with different modes, run as
+    chains of plane launches (``triton/chain``): a depth pass on the ``(..., D, H * W)`` view, the
+    ``H``/``W`` passes of one mode in one launch.  float64 results are SciPy's bits in every mode
+    (``constant`` with ``cval``: each launch pads its input, as SciPy's sequential passes do),
+    axes in any order and per-axis modes included; multi-stencil specs share the reference's
+    epilogues; the backward is the chain of adjoints.  Dense 3-D stencils and 3-D selective blur
+    still run (counted) on the reference."""
+    import numpy as np
+    import scipy.ndimage as ndi
+
+    x = rand(2, 5, 6, 7, seed=3)
+    xn = x.numpy()
+    ax = (-3, -2, -1)
+
+    def per_volume(f):
+        return np.stack([f(v) for v in xn])
+
+    def chained(call):
+        before, fell = T.LAUNCHES["chain"], sum(T.FALLBACKS.values())
+        y = call()
+        assert T.LAUNCHES["chain"] > before and sum(T.FALLBACKS.values()) == fell, dict(T.FALLBACKS)
+        return y
+
+    for mode in BASE_MODES + (("wrap", "reflect", "constant"),):
+        y = chained(lambda: tf.gaussian_filter(x, (0.8, 0.5, 0.6), axes=ax, mode=mode, cval=0.5, backend="triton"))
+        assert np.array_equal(y.numpy(), per_volume(lambda v: ndi.gaussian_filter(v, (0.8, 0.5, 0.6), mode=mode, cval=0.5))), mode
+        y = chained(lambda: tf.uniform_filter(x, (2, 3, 4), origin=(0, 1, -1), axes=ax, mode=mode, backend="triton"))
+        # (SciPy's running sums are not a sum of taps: an ulp or two apart)
+        want = per_volume(lambda v: ndi.uniform_filter(v, (2, 3, 4), origin=(0, 1, -1), mode=mode))
+        assert np.abs(y.numpy() - want).max() < 1e-15, mode
+    # axes in any order and positive; one depth axis; a 3-axis derivative component
+    y = chained(lambda: tf.gaussian_filter(x, (0.8, 0.5, 0.6), order=(0, 1, 2), axes=(3, 1, 2), mode="mirror",
+                                           backend="triton"))
+    want = ndi.gaussian_filter(xn, (0.8, 0.5, 0.6), order=(0, 1, 2), axes=(3, 1, 2), mode="mirror")
+    assert np.array_equal(y.numpy(), want)
+    y = chained(lambda: tf.gaussian_filter1d(x, 0.7, axis=-3, order=1, mode="wrap", backend="triton"))
+    assert np.array_equal(y.numpy(), ndi.gaussian_filter1d(xn, 0.7, axis=-3, order=1, mode="wrap"))
+    y = chained(lambda: tf.sobel(x, -3, axes=ax, mode="nearest", backend="triton"))
+    assert np.array_equal(y.numpy(), per_volume(lambda v: ndi.sobel(v, 0, mode="nearest")))
+    # per-axis modes of a 2-D spec (a launch per axis)
+    y = chained(lambda: tf.laplace(x, mode=("wrap", "reflect"), backend="triton"))
+    assert np.array_equal(y.numpy(), ndi.laplace(xn, mode=("wrap", "reflect"), axes=(-2, -1)))
+    # multi-stencil specs, and every backward, against the reference
+    calls = [lambda t, b: tf.laplace(t, axes=ax, mode="constant", cval=1.5, backend=b),
+             lambda t, b: tf.gaussian_laplace(t, 0.6, axes=ax, mode="wrap", backend=b),
+             lambda t, b: tf.gaussian_gradient_magnitude(t, 0.6, axes=ax, mode=("nearest", "mirror", "reflect"), backend=b),
+             lambda t, b: tf.gradient(t, axes=ax, mode="reflect", backend=b),
+             lambda t, b: tf.gradient_direction(t, mode=("wrap", "constant"), backend=b),
+             lambda t, b: tf.gaussian_filter(t, 0.7, axes=(-1, -3), mode="mirror", backend=b)]
+    for i, call in enumerate(calls):
+        xr = x.clone().requires_grad_()
+        before, fell = T.LAUNCHES["chain_bwd"], sum(T.FALLBACKS.values())
+        y = chained(lambda: call(xr, "triton"))
+        w = torch.randn(y.shape, generator=torch.Generator().manual_seed(i), dtype=y.dtype)
+        (g,) = torch.autograd.grad((y * w).sum(), xr)
+        assert T.LAUNCHES["chain_bwd"] > before and sum(T.FALLBACKS.values()) == fell, (i, dict(T.FALLBACKS))
+        xq = x.clone().requires_grad_()
+        yr = call(xq, "reference")
+        (gr,) = torch.autograd.grad((yr * w).sum(), xq)
+        close(y.detach(), yr.detach(), 1e-13, f"chain forward {i}", angles=i == 4)
+        close(g, gr, 1e-12, f"chain backward {i}")
+    # dtypes, layouts, out=, empty
+    xf = x.float()
+    for dt, tol in ((torch.float32, 1e-6), (torch.bfloat16, 1e-2)):
+        y = chained(lambda: tf.gaussian_filter(xf.to(dt), 0.8, axes=ax, backend="triton"))
+        close(y, tf.gaussian_filter(xf.to(dt), 0.8, axes=ax, backend="reference"), tol, str(dt))
+    x5 = rand(2, 3, 4, 5, 6, seed=5).float()
+    cl = x5.to(memory_format=torch.channels_last_3d)
+    y = chained(lambda: tf.uniform_filter(cl, 3, axes=ax, mode="wrap", backend="triton"))
+    close(y, tf.uniform_filter(x5, 3, axes=ax, mode="wrap", backend="reference"), 1e-6, "channels_last_3d")
+    out = torch.full((2, 3, 6, 5, 4), float("nan")).transpose(-1, -3)  # H and W do not collapse
+    assert tf.gaussian_filter(x5, 0.6, axes=ax, out=out, backend="triton") is out
+    close(out, tf.gaussian_filter(x5, 0.6, axes=ax, backend="reference"), 1e-6, "strided out")
+    assert tf.gaussian_filter(torch.empty(0, 3, 4, 5), 1.0, axes=ax, backend="triton").shape == (0, 3, 4, 5)
+    # what still falls back, counted
+    k3 = torch.arange(27.0).reshape(3, 3, 3).tolist()
+    for call in (lambda b: tf.correlate(x, k3, axes=ax, backend=b),
+                 lambda b: tf.selective_blur(x, 0.2, sigma=0.6, axes=ax, backend=b)):
         before = sum(T.FALLBACKS.values())
         y = call("triton")
         assert sum(T.FALLBACKS.values()) == before + 1

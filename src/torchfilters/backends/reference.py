@@ -166,10 +166,13 @@ def _direction(y0, y1):
     return torch.where(zero, torch.atan2(y0.detach(), y1.detach()), safe)
 
 
-def filter_compute(x: torch.Tensor, spec: FilterSpec) -> torch.Tensor:
-    """Differentiable evaluation in ``x``'s dtype (the compute dtype)."""
+def filter_compute(x: torch.Tensor, spec: FilterSpec, apply=apply_stencil) -> torch.Tensor:
+    """Differentiable evaluation in ``x``'s dtype (the compute dtype).
+
+    ``apply(x, stencil, mode, cval, ndim)`` evaluates one stencil (default: :func:`apply_stencil`);
+    another engine passes its own and shares the epilogues (Triton's chains of plane launches)."""
     spec = lower(spec, x.shape)
-    ys = [apply_stencil(x, st, spec.mode, spec.cval, spec.ndim) for st in spec.stencils]
+    ys = [apply(x, st, spec.mode, spec.cval, spec.ndim) for st in spec.stencils]
     if spec.epilogue == "magnitude":
         return _magnitude(ys)
     if spec.epilogue == "direction":
@@ -289,8 +292,10 @@ def _magnitude_vjp(g, ys):
     return gs
 
 
-def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec) -> torch.Tensor:
-    """Gradient with respect to ``x`` of :func:`filter_compute` (both in compute dtype)."""
+def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec, apply=apply_stencil,
+               adjoint=apply_stencil_adjoint) -> torch.Tensor:
+    """Gradient with respect to ``x`` of :func:`filter_compute` (both in compute dtype);
+    ``apply`` / ``adjoint(g, stencil, mode, ndim)`` as in :func:`filter_compute`."""
     spec = lower(spec, x.shape)
     sts = spec.stencils
     nd = spec.ndim
@@ -299,7 +304,7 @@ def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec) -> torch.Tens
     elif spec.epilogue == "sum":
         gs = [g] * len(sts)
     else:
-        ys = [apply_stencil(x, st, spec.mode, spec.cval, nd) for st in sts]
+        ys = [apply(x, st, spec.mode, spec.cval, nd) for st in sts]
         if spec.epilogue == "magnitude":
             gs = _magnitude_vjp(g, ys)
         else:  # direction: d atan2(a, b) = (b da - a db) / (a^2 + b^2)
@@ -310,7 +315,7 @@ def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec) -> torch.Tens
             gs = [scale * b, -scale * a]
     out = None
     for gk, st in zip(gs, sts):
-        t = apply_stencil_adjoint(gk, st, spec.mode, nd)
+        t = adjoint(gk, st, spec.mode, nd)
         out = t if out is None else out + t
     return out
 

@@ -13,6 +13,8 @@ Modules:
 * :mod:`.footprint`: the general forward and backward kernels (any spec);
 * :mod:`.plan`: their host-side lowering and launch plans;
 * :mod:`.volume`: the fused 3x3x3 gradient (3-D Sobel, Prewitt, Scharr);
+* :mod:`.chain`: separable stencils of three axes (and per-axis modes) as chains of plane
+  launches;
 * :mod:`.rank`, :mod:`.canny`: rank filters and Canny.
 
 ``benchmarks/gpu.py --compile-only`` compiles every variant for sm_90 without a GPU.
@@ -47,8 +49,8 @@ UNAVAILABLE_HINT = (
 
 #: kernel launches by kernel name (tests assert on it: a silent fallback proves nothing)
 LAUNCHES: collections.Counter = collections.Counter()
-#: specs this engine handed to the reference, by entry point: specs of three axes other than the
-#: 3x3x3 gradient's forward, two-axis specs with per-axis modes, and the specs no kernel plans
+#: specs this engine handed to the reference, by entry point: dense stencils of three axes,
+#: selective blur of volumes, and the specs no kernel plans
 FALLBACKS: collections.Counter = collections.Counter()
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -341,22 +343,32 @@ def _mask(mask, x):
     return mask.expand(x.shape)
 
 
-from . import volume as _volume  # noqa: E402  (it takes _device and LAUNCHES from here)
+from . import chain as _chain  # noqa: E402  (they take _device, LAUNCHES and the plane entry
+from . import volume as _volume  # noqa: E402   points from here)
 
 
 def _volume_forward(x, spec, out=None):
-    """A spec no plane engine maps: the fused 3x3x3 gradient (``volume``), else the reference."""
+    """A spec no plane engine maps: the fused 3x3x3 gradient (``volume``), else chains of plane
+    launches (``chain``: separable stencils), else the reference."""
     y = _volume.filter_forward(x, spec, out)
+    if y is None:
+        y = _chain.filter_forward(x, spec, out)
     return y if y is not None else _fallback("filter_forward", x, spec, out=out)
 
 
+def _volume_backward(grad, x, spec, out=None):
+    """The backward of :func:`_volume_forward`'s specs: chains of plane adjoints, else the reference."""
+    y = _chain.filter_backward(grad, x, spec, out)
+    return y if y is not None else _fallback("filter_backward", grad, x, spec, out=out)
+
+
 # specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of one row, the fused 3x3x3
-# gradient, or the reference engine where no Triton kernel fits
+# gradient, chains of plane launches, or the reference engine where no Triton kernel fits
 filter_forward, filter_backward, blur_forward, blur_backward = _adapt(
     SimpleNamespace(filter_forward=_filter_forward_planes, filter_backward=_filter_backward_planes,
                     blur_forward=_blur_forward_planes, blur_backward=_blur_backward_planes),
-    SimpleNamespace(filter_forward=_volume_forward,
-                    **{n: functools.partial(_fallback, n) for n in ("filter_backward", "blur_forward", "blur_backward")}),
+    SimpleNamespace(filter_forward=_volume_forward, filter_backward=_volume_backward,
+                    **{n: functools.partial(_fallback, n) for n in ("blur_forward", "blur_backward")}),
 )
 
 from .rank import rank_backward, rank_forward  # noqa: E402,F401  (rank filters)

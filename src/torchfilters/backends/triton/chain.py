@@ -1,0 +1,151 @@
+"""Separable stencils over any axes, and per-axis modes, as a chain of plane launches.
+
+The plane kernels (:mod:`.rows`, :mod:`.footprint`) filter planes ``(..., H, W)`` with one
+boundary mode.  A separable stencil of a volume spec -- SciPy's sequence of 1-D passes, one per
+axis -- runs here as a short chain of those launches, each on a view of the same memory:
+
+* a pass along the depth ``D`` is a vertical pass on the planes ``(..., D, H * W)`` (each
+  "row" a whole ``H x W`` plane, contiguous: the row kernel streams it as it streams rows);
+* consecutive passes along ``H`` and ``W`` that share a mode are one launch of the 2-D kernel
+  (both passes on chip), as a 2-D filter runs; passes of different modes are launches of their
+  own.
+
+So a 3-D Gaussian is two launches and one intermediate (in the compute dtype), and SciPy's
+order of passes is kept: each launch reads the previous one's result, padded by
+its own axis's mode (``constant``: ``cval``, as SciPy's sequential passes pad).  Specs of
+several stencils share the reference engine's epilogues (:func:`..reference.filter_compute`,
+:func:`..reference.filter_vjp`: sum, magnitude rescaled as ``hypot``, stacking), which run as
+torch operations on the device; the backward is the chain of the launches' adjoints, in
+reverse order.  Dense stencils of three axes and selective blur of volumes still run on the
+reference engine.
+"""
+
+from __future__ import annotations
+
+from ..._spec import FilterSpec, Pass, Stencil, axis_mode
+from ..._validate import compute_dtype
+from .. import reference as _ref
+from .._lowering import lower
+from . import LAUNCHES, _filter_backward_planes, _filter_forward_planes  # (defined before this import)
+
+__all__ = ["runs", "filter_forward", "filter_backward"]
+
+
+def runs(spec) -> bool:
+    """Whether ``spec`` (a lowered filter spec the plane engine cannot map) runs as chains."""
+    return isinstance(spec, FilterSpec) and all(st.kind == "sep" for st in spec.stencils)
+
+
+def _groups(st: Stencil, mode, ndim: int):
+    """The launches of a separable stencil, in its pass order: ``(depth, mode, passes)``, where
+    ``depth`` marks a pass along axis -3 (on the ``(..., D, H * W)`` view) and the others are
+    one or two passes along -2 / -1 (distinct axes, one mode).  Identity passes are dropped."""
+    out = []
+    for p in st.passes:
+        if p.lo == 0 and p.taps == (1.0,):
+            continue  # (x * 1.0 is x, bit for bit)
+        m = axis_mode(mode, p.axis, ndim)
+        last = out[-1] if out else None
+        if (p.axis != -3 and last is not None and not last[0] and last[1] == m and len(last[2]) == 1
+                and last[2][0].axis != p.axis):
+            last[2].append(p)
+        else:
+            out.append((p.axis == -3, m, [p]))
+    return out
+
+
+def _spec2(depth, mode, cval, passes):
+    """The 2-D spec of one launch (a depth pass becomes a vertical one)."""
+    ps = tuple(Pass(-2, p.lo, p.taps) if depth else p for p in passes)
+    return FilterSpec(mode=mode, cval=cval, epilogue="stack", stencils=(Stencil("sep", ps),), ndim=2)
+
+
+def _view(t, depth):
+    """``t`` (``(..., D, H, W)``) as the planes a launch filters: ``(..., D, H * W)`` for a depth
+    pass (a view where ``H`` and ``W`` collapse, else a contiguous copy), else ``t``."""
+    if not depth:
+        return t
+    return t.reshape(t.shape[:-2] + (t.shape[-2] * t.shape[-1],))
+
+
+def _planes_of(dst, depth):
+    """``dst`` as the planes a launch writes, or None where a depth view of it does not exist
+    (its ``H`` and ``W`` do not collapse)."""
+    if not depth:
+        return dst
+    try:
+        return dst.view(dst.shape[:-2] + (dst.shape[-2] * dst.shape[-1],))
+    except RuntimeError:
+        return None
+
+
+def _chain(t, st, mode, cval, ndim, out=None):
+    """``st`` on ``t`` (compute dtype) by its launches; the last writes ``out`` when given (same
+    shape and dtype)."""
+    groups = _groups(st, mode, ndim)
+    if not groups:
+        return t.clone() if out is None else out.copy_(t)
+    for i, (depth, m, passes) in enumerate(groups):
+        dst = out if i == len(groups) - 1 else None
+        dv = None if dst is None else _planes_of(dst, depth)
+        y = _filter_forward_planes(_view(t, depth), _spec2(depth, m, cval, passes), dv)
+        LAUNCHES["chain"] += 1
+        if dst is None:
+            t = y.view(t.shape)
+        elif dv is None:  # (``out`` has no depth view: written through a temporary)
+            t = dst.copy_(y.view(t.shape))
+        else:
+            t = dst
+    return t
+
+
+def _apply(x, st, mode, cval, ndim):
+    return _chain(x, st, mode, cval, ndim)
+
+
+def _adjoint(g, st, mode, ndim):
+    """``A^T g``: the launches' adjoints in reverse order (each a plane backward)."""
+    for depth, m, passes in reversed(_groups(st, mode, ndim)):
+        gv = _view(g, depth)
+        y = _filter_backward_planes(gv, gv, _spec2(depth, m, 0.0, passes))
+        LAUNCHES["chain_bwd"] += 1
+        g = y.view(g.shape)
+    return g
+
+
+def filter_forward(x, spec, out=None):
+    """``spec`` on ``x`` as chains of plane launches, or None where it does not run here."""
+    spec = lower(spec, x.shape)
+    if not runs(spec):
+        return None
+    cd = compute_dtype(x.dtype)
+    xs = x.to(cd)
+    shape = spec.out_shape(x.shape)
+    if x.numel() == 0:
+        return x.new_zeros(shape) if out is None else out
+    if spec.epilogue == "stack" and len(spec.stencils) == 1:
+        direct = out if out is not None and out.dtype == cd else None
+        y = _chain(xs, spec.stencils[0], spec.mode, spec.cval, spec.ndim, direct)
+        if direct is not None:
+            return out
+    else:
+        y = _ref.filter_compute(xs, spec, apply=_apply)
+    if out is None:
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+    return out.copy_(y)
+
+
+def filter_backward(grad, x, spec, out=None):
+    """The gradient of :func:`filter_forward` with respect to ``x``, or None where it does not
+    run here."""
+    spec = lower(spec, x.shape)
+    if not runs(spec):
+        return None
+    if x.numel() == 0:
+        return x.new_zeros(x.shape) if out is None else out
+    cd = compute_dtype(x.dtype)
+    g = grad.expand(spec.out_shape(x.shape)).to(cd)
+    gx = _ref.filter_vjp(g, x.to(cd), spec, apply=_apply, adjoint=_adjoint)
+    if out is None:
+        return gx if gx.dtype == x.dtype else gx.to(x.dtype)
+    return out.copy_(gx)
