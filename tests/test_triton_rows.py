@@ -265,6 +265,17 @@ def test_packed_planes_partial_last_group(T, plans):
     assert plans[0][0].ce["VEC"] == 4
 
 
+def test_rows_wider_than_one_tile_are_cut_evenly(T, plans):
+    """Rows of more than 32 chunks are cut into the fewest tiles of at most 32 chunks, evenly
+    (48 chunks: two of 24, not 32 and 16), the last chunk of a row partial; the values do not
+    depend on the cut."""
+    for W, mode, tiles in ((96, "reflect", (2, 24)), (66, "wrap", (2, 17)), (65, "constant", (3, 22))):
+        plans.clear()  # (float64: vectors of 2, or 1 on odd rows)
+        check_op(T, "gaussian_filter", rand(2, 3, W, seed=W), mode)
+        kp = plans[0][0]
+        assert (kp.n_tq, kp.NQ) == tiles and kp.ce["NC"] == tiles[1], kp
+
+
 def test_strips_of_a_tall_plane(T, plans, monkeypatch):
     """Planes of up to ``rows._MAX_BH`` rows are one strip; taller ones are cut into strips of
     equal height (the last one shorter), at most ``rows.strip_rows(H)`` rows; the vertical halo

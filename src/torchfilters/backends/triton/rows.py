@@ -479,8 +479,10 @@ def lanes(n_chunks, n_strips, threads=128):
     """``(BP, NQ, NC, SPP, n_tq, warps)``: a ``[BP, NQ]`` tile of lanes (powers of two, at most
     ``threads``) holding ``SPP`` strips of ``NC`` chunks each, any ``NC`` up to 32 (a row of 7
     chunks: 18 strips in 128 lanes, two idle, where a power-of-two row would idle 16); wider rows
-    are cut into ``n_tq`` tiles of 32 chunks."""
-    NC, n_tq = (n_chunks, 1) if n_chunks <= 32 else (32, -(-n_chunks // 32))
+    are cut into the fewest ``n_tq`` tiles of at most 32 chunks, evenly (48 chunks: two tiles of
+    24, and five strips a program, where tiles of 32 and 16 idled a quarter of the lanes)."""
+    n_tq = -(-n_chunks // 32)
+    NC = -(-n_chunks // n_tq)
     L = max(_np2(NC), min(threads, _np2(n_strips * NC)))
     NQ = min(L, 32)
     return L // NQ, NQ, NC, L // NC, n_tq, max(1, min(4, L // 32))
