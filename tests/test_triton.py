@@ -515,8 +515,8 @@ def test_volumes_and_per_axis_modes_run_as_chains_of_plane_launches(T):
     ``H``/``W`` passes of one mode in one launch.  float64 results are SciPy's bits in every mode
     (``constant`` with ``cval``: each launch pads its input, as SciPy's sequential passes do),
     axes in any order and per-axis modes included; multi-stencil specs share the reference's
-    epilogues; the backward is the chain of adjoints.  Dense 3-D stencils and 3-D selective blur
-    still run (counted) on the reference."""
+    epilogues (selective blur: its selection and blend or masked mean); the backward is the chain
+    of adjoints.  Dense 3-D stencils still run (counted) on the reference."""
     import numpy as np
     import scipy.ndimage as ndi
 
@@ -584,10 +584,26 @@ def test_volumes_and_per_axis_modes_run_as_chains_of_plane_launches(T):
     assert tf.gaussian_filter(x5, 0.6, axes=ax, out=out, backend="triton") is out
     close(out, tf.gaussian_filter(x5, 0.6, axes=ax, backend="reference"), 1e-6, "strided out")
     assert tf.gaussian_filter(torch.empty(0, 3, 4, 5), 1.0, axes=ax, backend="triton").shape == (0, 3, 4, 5)
-    # what still falls back, counted
+    # selective blur of volumes: the reference's selection and blend around chained blurs
+    mask = rand(5, 6, 7, seed=9) > 0
+    blurs = [lambda t, b: tf.selective_blur(t, 0.2, sigma=0.6, axes=ax, mode="constant", cval=2.0, backend=b),
+             lambda t, b: tf.selective_blur(t, mask=mask, axes=ax, normalized=True, mode="wrap", backend=b),
+             lambda t, b: tf.selective_blur(t, -0.1, axes=ax, keep_border=True, mode=("reflect", "nearest", "mirror"),
+                                            backend=b)]
+    for i, call in enumerate(blurs):
+        xr = x.clone().requires_grad_()
+        y = chained(lambda: call(xr, "triton"))
+        w = torch.randn(y.shape, generator=torch.Generator().manual_seed(i), dtype=y.dtype)
+        (g,) = torch.autograd.grad((y * w).sum(), xr)
+        xq = x.clone().requires_grad_()
+        yr = call(xq, "reference")
+        (gr,) = torch.autograd.grad((yr * w).sum(), xq)
+        close(y.detach(), yr.detach(), 1e-13, f"chained blur {i}")
+        close(g, gr, 1e-12, f"chained blur backward {i}")
+    # what still falls back, counted: dense stencils of three axes
     k3 = torch.arange(27.0).reshape(3, 3, 3).tolist()
     for call in (lambda b: tf.correlate(x, k3, axes=ax, backend=b),
-                 lambda b: tf.selective_blur(x, 0.2, sigma=0.6, axes=ax, backend=b)):
+                 lambda b: tf.selective_blur(x, 0.2, weights=k3, axes=ax, backend=b)):
         before = sum(T.FALLBACKS.values())
         y = call("triton")
         assert sum(T.FALLBACKS.values()) == before + 1

@@ -208,16 +208,17 @@ def blur_masks(x: torch.Tensor, mask, spec: BlurSpec, threshold: float):
     return m, w
 
 
-def blur_compute(x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
+def blur_compute(x: torch.Tensor, mask, spec: BlurSpec, threshold: float, apply=apply_stencil) -> torch.Tensor:
+    """Selective blur in ``x``'s dtype; ``apply`` as in :func:`filter_compute`."""
     spec = lower(spec, x.shape)
     m, w = blur_masks(x, mask, spec, threshold)
     if not spec.normalized:
-        b = apply_stencil(x, spec.stencil, spec.mode, spec.cval, spec.ndim)
+        b = apply(x, spec.stencil, spec.mode, spec.cval, spec.ndim)
         return torch.where(w, b, x)
     mf = m.to(x.dtype)
     # outside the image nothing is masked: in constant mode cval never enters the mean
-    num = apply_stencil(torch.where(m, x, torch.zeros_like(x)), spec.stencil, spec.mode, 0.0, spec.ndim)
-    den = apply_stencil(mf, spec.stencil, spec.mode, 0.0, spec.ndim)
+    num = apply(torch.where(m, x, torch.zeros_like(x)), spec.stencil, spec.mode, 0.0, spec.ndim)
+    den = apply(mf.expand(x.shape), spec.stencil, spec.mode, 0.0, spec.ndim)
     use = w & (den > 0)
     return torch.where(use, num / torch.where(use, den, torch.ones_like(den)), x)
 
@@ -320,18 +321,20 @@ def filter_vjp(g: torch.Tensor, x: torch.Tensor, spec: FilterSpec, apply=apply_s
     return out
 
 
-def blur_vjp(g: torch.Tensor, x: torch.Tensor, mask, spec: BlurSpec, threshold: float) -> torch.Tensor:
+def blur_vjp(g: torch.Tensor, x: torch.Tensor, mask, spec: BlurSpec, threshold: float, apply=apply_stencil,
+             adjoint=apply_stencil_adjoint) -> torch.Tensor:
+    """Gradient of :func:`blur_compute`; ``apply`` / ``adjoint`` as in :func:`filter_vjp`."""
     spec = lower(spec, x.shape)
     nd = spec.ndim
     m, w = blur_masks(x, mask, spec, threshold)
     zero = torch.zeros_like(g)
     if not spec.normalized:
-        return apply_stencil_adjoint(torch.where(w, g, zero), spec.stencil, spec.mode, nd) + torch.where(w, zero, g)
+        return adjoint(torch.where(w, g, zero), spec.stencil, spec.mode, nd) + torch.where(w, zero, g)
     mf = m.to(x.dtype)
-    den = apply_stencil(mf, spec.stencil, spec.mode, 0.0, nd)
+    den = apply(mf.expand(x.shape), spec.stencil, spec.mode, 0.0, nd)
     use = w & (den > 0)
     gd = torch.where(use, g / torch.where(use, den, torch.ones_like(den)), zero)
-    return mf * apply_stencil_adjoint(gd, spec.stencil, spec.mode, nd) + torch.where(use, zero, g)
+    return mf * adjoint(gd, spec.stencil, spec.mode, nd) + torch.where(use, zero, g)
 
 
 # ----------------------------------------------------------------------------

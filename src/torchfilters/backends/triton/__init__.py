@@ -49,8 +49,8 @@ UNAVAILABLE_HINT = (
 
 #: kernel launches by kernel name (tests assert on it: a silent fallback proves nothing)
 LAUNCHES: collections.Counter = collections.Counter()
-#: specs this engine handed to the reference, by entry point: dense stencils of three axes,
-#: selective blur of volumes, and the specs no kernel plans
+#: specs this engine handed to the reference, by entry point: dense stencils of three axes (and
+#: of two with per-axis modes), and the specs no kernel plans
 FALLBACKS: collections.Counter = collections.Counter()
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -356,10 +356,10 @@ def _volume_forward(x, spec, out=None):
     return y if y is not None else _fallback("filter_forward", x, spec, out=out)
 
 
-def _volume_backward(grad, x, spec, out=None):
-    """The backward of :func:`_volume_forward`'s specs: chains of plane adjoints, else the reference."""
-    y = _chain.filter_backward(grad, x, spec, out)
-    return y if y is not None else _fallback("filter_backward", grad, x, spec, out=out)
+def _chained(name, *args, **kw):
+    """``chain``'s entry point ``name``, else the reference's (counted)."""
+    y = getattr(_chain, name)(*args, **kw)
+    return y if y is not None else _fallback(name, *args, **kw)
 
 
 # specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of one row, the fused 3x3x3
@@ -367,8 +367,9 @@ def _volume_backward(grad, x, spec, out=None):
 filter_forward, filter_backward, blur_forward, blur_backward = _adapt(
     SimpleNamespace(filter_forward=_filter_forward_planes, filter_backward=_filter_backward_planes,
                     blur_forward=_blur_forward_planes, blur_backward=_blur_backward_planes),
-    SimpleNamespace(filter_forward=_volume_forward, filter_backward=_volume_backward,
-                    **{n: functools.partial(_fallback, n) for n in ("blur_forward", "blur_backward")}),
+    SimpleNamespace(filter_forward=_volume_forward, filter_backward=functools.partial(_chained, "filter_backward"),
+                    blur_forward=functools.partial(_chained, "blur_forward"),
+                    blur_backward=functools.partial(_chained, "blur_backward")),
 )
 
 from .rank import rank_backward, rank_forward  # noqa: E402,F401  (rank filters)

@@ -13,11 +13,12 @@ axis -- runs here as a short chain of those launches, each on a view of the same
 So a 3-D Gaussian is two launches and one intermediate (in the compute dtype), and SciPy's
 order of passes is kept: each launch reads the previous one's result, padded by
 its own axis's mode (``constant``: ``cval``, as SciPy's sequential passes pad).  Specs of
-several stencils share the reference engine's epilogues (:func:`..reference.filter_compute`,
-:func:`..reference.filter_vjp`: sum, magnitude rescaled as ``hypot``, stacking), which run as
-torch operations on the device; the backward is the chain of the launches' adjoints, in
-reverse order.  Dense stencils of three axes and selective blur of volumes still run on the
-reference engine.
+several stencils, and selective blur, share the reference engine's epilogues
+(:func:`..reference.filter_compute`, :func:`..reference.filter_vjp`, :func:`..reference.blur_compute`,
+:func:`..reference.blur_vjp`: sum, magnitude rescaled as ``hypot``, stacking, the selection and
+its blend or masked mean), which run as torch operations on the device; the backward is the
+chain of the launches' adjoints, in reverse order.  Dense stencils of three axes still run on
+the reference engine.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .. import reference as _ref
 from .._lowering import lower
 from . import LAUNCHES, _filter_backward_planes, _filter_forward_planes  # (defined before this import)
 
-__all__ = ["runs", "filter_forward", "filter_backward"]
+__all__ = ["runs", "filter_forward", "filter_backward", "blur_forward", "blur_backward"]
 
 
 def runs(spec) -> bool:
@@ -146,6 +147,36 @@ def filter_backward(grad, x, spec, out=None):
     cd = compute_dtype(x.dtype)
     g = grad.expand(spec.out_shape(x.shape)).to(cd)
     gx = _ref.filter_vjp(g, x.to(cd), spec, apply=_apply, adjoint=_adjoint)
+    if out is None:
+        return gx if gx.dtype == x.dtype else gx.to(x.dtype)
+    return out.copy_(gx)
+
+
+def blur_forward(x, mask, spec, threshold, out=None):
+    """Selective blur of ``spec`` (a separable blur) as chains of plane launches, with the
+    reference's selection and blend, or None where it does not run here."""
+    spec = lower(spec, x.shape)
+    if spec.stencil.kind != "sep":
+        return None
+    if x.numel() == 0:
+        return x.new_zeros(x.shape) if out is None else out
+    m = _ref._selected(x, mask, threshold)  # (the threshold compared in x's dtype)
+    y = _ref.blur_compute(x.to(compute_dtype(x.dtype)), m, spec, threshold, apply=_apply)
+    if out is None:
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+    return out.copy_(y)
+
+
+def blur_backward(grad, x, mask, spec, threshold, out=None):
+    """The gradient of :func:`blur_forward` with respect to ``x``, or None."""
+    spec = lower(spec, x.shape)
+    if spec.stencil.kind != "sep":
+        return None
+    if x.numel() == 0:
+        return x.new_zeros(x.shape) if out is None else out
+    cd = compute_dtype(x.dtype)
+    m = _ref._selected(x, mask, threshold)
+    gx = _ref.blur_vjp(grad.expand(x.shape).to(cd), x.to(cd), m, spec, threshold, apply=_apply, adjoint=_adjoint)
     if out is None:
         return gx if gx.dtype == x.dtype else gx.to(x.dtype)
     return out.copy_(gx)
