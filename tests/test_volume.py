@@ -578,3 +578,77 @@ def test_no_kernel_variant_per_shape_or_spec():
                 x = torch.rand(shape, dtype=dtype, requires_grad=True)
                 call(x).sum().backward()
         assert count() == before
+
+
+@pytest.fixture
+def dense_runs(monkeypatch):
+    """Counts the launches of the dense volume kernel (``volume_dense``)."""
+    n = {"launches": 0}
+    real = volume._k_dense3
+
+    def counted(*args):
+        n["launches"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(volume, "_k_dense3", counted)
+    return n
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+def test_dense_3d_stencils_give_scipys_bits(mode, dense_runs, no_reference):
+    """``correlate`` / ``convolve`` with a 3-D kernel run on the dense volume kernel: each
+    output's taps summed from +0.0 in footprint order (SciPy's ``NI_Correlate``), so float64 is
+    SciPy's bits, signs of zero included, on sizes 1, 2 and odd, kernels larger than the axis,
+    origins, ``cval``; a NaN under a zero tap stays outside the footprint, as in SciPy."""
+    rng = np.random.default_rng(11)
+    cases = [((2, 5, 6, 7), (3, 3, 3), 0), ((1, 4, 1, 9), (2, 3, 4), (0, 1, -1)), ((1, 3, 2, 1), (5, 1, 3), 0),
+             ((1, 2, 8, 19), (3, 2, 5), (1, 0, 1))]
+    for shape, k, origin in cases:
+        x = rng.standard_normal(shape)
+        x[0, 0, 0, :2] = -0.0
+        w = rng.standard_normal(k)
+        w.flat[1] = 0.0
+        for op in ("correlate", "convolve"):
+            got = getattr(tf, op)(torch.from_numpy(x), w.tolist(), axes=AX, mode=mode, cval=CVAL, origin=origin,
+                                  backend="cpu").numpy()
+            want = np.stack([getattr(ndi, op)(v, w, mode=mode, cval=CVAL, origin=origin) for v in x])
+            assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want)), (op, shape, k)
+    # a NaN read only by the zero tap (offset (-1, -1, 0) of the centre): SciPy skips that tap
+    x = np.zeros((1, 3, 3, 3))
+    x[0, 0, 0, 1] = np.nan
+    w = np.ones((3, 3, 3))
+    w[0, 0, 1] = 0.0
+    got = tf.correlate(torch.from_numpy(x), w.tolist(), axes=AX, mode=mode, backend="cpu").numpy()
+    want = ndi.correlate(x[0], w, mode=mode)[None]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert dense_runs["launches"] == 2 * len(cases) + 1
+
+
+def test_dense_stencils_layouts_dtypes_out_and_backward(dense_runs):
+    """The dense volume kernel on strided and channels_last_3d inputs, float32 and bfloat16,
+    ``out=``, a 2-D kernel with per-axis modes (a volume of one plane); its backward runs on the
+    reference engine (gradcheck)."""
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((3, 2, 3)).tolist()
+    x = torch.from_numpy(rng.standard_normal((2, 3, 6, 7, 8)))
+    for t in (x.transpose(-1, -3)[..., ::2, :, :], x.to(memory_format=torch.channels_last_3d)):
+        got = tf.correlate(t, w, axes=AX, mode="mirror", backend="cpu")
+        assert torch.equal(got, tf.correlate(t.contiguous(), w, axes=AX, mode="mirror", backend="cpu"))
+        assert torch.allclose(got, tf.correlate(t, w, axes=AX, mode="mirror", backend="reference"), rtol=0, atol=1e-14)
+    for dt, tol in ((torch.float32, 1e-6), (torch.bfloat16, 1e-2)):
+        got = tf.correlate(x.to(dt), w, axes=AX, mode="wrap", backend="cpu")
+        ref = tf.correlate(x.to(dt), w, axes=AX, mode="wrap", backend="reference")
+        assert got.dtype == dt and torch.allclose(got.double(), ref.double(), rtol=tol, atol=tol)
+    out = torch.full((2, 3, 8, 7, 6), float("nan"), dtype=torch.float64).transpose(-1, -3)
+    assert tf.correlate(x, w, axes=AX, mode="nearest", out=out, backend="cpu") is out
+    assert torch.equal(out, tf.correlate(x, w, axes=AX, mode="nearest", backend="cpu"))
+    w2 = rng.standard_normal((3, 4)).tolist()
+    x2 = x[0, 0]
+    got = tf.correlate(x2, w2, mode=("wrap", "constant"), cval=-2.0, backend="cpu")
+    ref = tf.correlate(x2, w2, mode=("wrap", "constant"), cval=-2.0, backend="reference")
+    assert torch.allclose(got, ref, rtol=0, atol=1e-14)
+    n = dense_runs["launches"]
+    assert n >= 7
+    xs = torch.from_numpy(rng.standard_normal((1, 3, 4, 3))).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: tf.correlate(t, w, axes=AX, mode="reflect", cval=0.5, backend="cpu"),
+                                    (xs,), fast_mode=True)

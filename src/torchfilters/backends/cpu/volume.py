@@ -18,8 +18,12 @@ passes with the rest ``(1 - w) g`` added in their epilogue.  *normalized* forwar
 blur writing ``[use ? g / den : 0, use ? 0 : g]``, the transposed blur adding the rest.
 ``keep_border`` is a box the selection holds in.  (Temporaries come from the output cache.)
 
-**Falls back to** ``reference``: dense stencils, the ``direction`` epilogue, two passes along
-one axis, non-finite taps, ``constant`` mode with a non-finite ``cval``, empty tensors.
+**Falls back to** ``reference``: several dense stencils, the backward of a dense stencil, the
+``direction`` epilogue, two passes along one axis, non-finite taps, ``constant`` mode with a
+non-finite ``cval``, empty tensors.
+
+**Dense stencils** (``volume_dense``): one dense stencil of 2 or 3 axes (``correlate`` with a
+3-D kernel; 2-D with per-axis modes), forward, each output's taps summed in SciPy's order.
 
 **The direct 3x3x3 path** (``volume_direct``): the 3-D Sobel / Prewitt / Scharr gradient, its
 magnitude and the magnitude's backward scale, in one streaming pass with every component in
@@ -47,6 +51,7 @@ from .._lowering import lower
 from .buffers import _alloc
 from .plan import _small
 from .threads import _launch, _threads
+from .volume_dense import DensePlan, _k_dense3, dense
 from .volume_direct import DirectPlan, _k_grad3, direct
 from .volume_kernels import _k_gsel, _k_vol
 from .volume_plan import EPI_ADDREST, EPI_BLEND, EPI_GDIV, EPI_NORM, EPI_NORMT, plan, supported
@@ -116,6 +121,11 @@ def _run(vp, nv, s, rs, o, ro, a=None, ra=None, m=None, rm=None, thr=0.0):
         _launch(_k_grad3, (s.data_ptr(), o.data_ptr(), 0 if a is None else a.data_ptr(), wt, vp.M, L),
                 vp.nitems, _threads(), _small(nv * s.shape[-3], s.shape[-2], s.shape[-1]))
         return
+    if isinstance(vp, DensePlan):  # a dense stencil (``volume_dense``)
+        wt = vp.w64 if s.dtype == torch.float64 else vp.w32
+        _launch(_k_dense3, (s.data_ptr(), o.data_ptr(), wt, vp.M, L), vp.nitems, _threads(),
+                _small(nv * s.shape[-3], s.shape[-2], s.shape[-1]))
+        return
     carrier = np.float64(0) if s.dtype == torch.float64 else np.float32(0)
     D, H, W = s.shape[-3:]
     _launch(_k_vol, (s.data_ptr(), o.data_ptr(), 0 if a is None else a.data_ptr(), 0 if m is None else m.data_ptr(),
@@ -136,7 +146,8 @@ def filter_forward(x, spec: FilterSpec, out=None):
     if not isinstance(spec, FilterSpec) or x.numel() == 0:
         return reference.filter_forward(x, spec, out)
     spec = lower(spec, x.shape)
-    if not supported(spec):
+    sep = supported(spec)
+    if not sep and dense(spec, _vol(x, spec.ndim).shape[-3:], 1) is None:
         return reference.filter_forward(x, spec, out)
     cd = _cd(x.dtype)
     nd = spec.ndim
@@ -146,7 +157,10 @@ def filter_forward(x, spec: FilterSpec, out=None):
     s, rs = _source(_vol(x, nd), cd)
     sizes = tuple(s.shape[-3:])
     nv = _nvol(s.shape)
-    vp = direct(spec, sizes, nv, _threads()) or plan(spec, sizes, False, nv, _threads(), 8 if cd == torch.float64 else 4)
+    if not sep:  # one dense stencil (``volume_dense``)
+        vp = dense(spec, sizes, nv)
+    else:
+        vp = direct(spec, sizes, nv, _threads()) or plan(spec, sizes, False, nv, _threads(), 8 if cd == torch.float64 else 4)
     o3shape = s.shape[:-3] + ((K,) if comps else ()) + sizes
     return _deliver(vp, nv, s, rs, x, o3shape, out, nd, cd, comps=comps, oshape=oshape)
 
