@@ -516,7 +516,8 @@ def test_what_falls_back():
 def test_no_reference_fixture_catches_a_fallback(no_reference):
     x = torch.randn(1, 3, 3, 3, dtype=torch.float64)
     with pytest.raises(AssertionError, match="reference engine ran"):
-        tf.correlate(x, np.ones((2, 2, 2)).tolist(), axes=AX, backend="cpu")
+        # (constant mode with a NaN cval: the volume kernels leave it to the reference)
+        tf.correlate(x, np.ones((2, 2, 2)).tolist(), axes=AX, mode="constant", cval=float("nan"), backend="cpu")
 
 
 @pytest.mark.parametrize("normalized", [False, True])
@@ -622,12 +623,26 @@ def test_dense_3d_stencils_give_scipys_bits(mode, dense_runs, no_reference):
     want = ndi.correlate(x[0], w, mode=mode)[None]
     assert np.array_equal(np.isnan(got), np.isnan(want))
     assert dense_runs["launches"] == 2 * len(cases) + 1
+    # the backward is one launch of the same kernel: A^T g against the matrix of SciPy's
+    # correlate (its columns: the responses to unit impulses), on small volumes
+    for shape, k, origin in [((4, 3, 5), (3, 3, 3), 0), ((2, 1, 6), (2, 3, 4), (0, 1, -1)), ((5, 2, 1), (3, 2, 5), (1, 0, 2))]:
+        w = rng.standard_normal(k)
+        w.flat[2] = 0.0
+        n = math.prod(shape)
+        cols = [ndi.correlate(np.eye(n)[i].reshape(shape), w, mode=mode, cval=0.0, origin=origin).ravel() for i in range(n)]
+        A = np.stack(cols, axis=1)
+        g = rng.standard_normal(shape)
+        xr = torch.from_numpy(rng.standard_normal((1,) + shape)).requires_grad_()
+        y = tf.correlate(xr, w.tolist(), axes=AX, mode=mode, cval=CVAL, origin=origin, backend="cpu")
+        (got,) = torch.autograd.grad(y, xr, torch.from_numpy(g[None]))
+        assert np.allclose(got.numpy().ravel(), A.T @ g.ravel(), rtol=1e-13, atol=1e-13), (shape, k, origin)
+    assert dense_runs["launches"] == 2 * len(cases) + 1 + 6
 
 
 def test_dense_stencils_layouts_dtypes_out_and_backward(dense_runs):
     """The dense volume kernel on strided and channels_last_3d inputs, float32 and bfloat16,
-    ``out=``, a 2-D kernel with per-axis modes (a volume of one plane); its backward runs on the
-    reference engine (gradcheck)."""
+    ``out=``, a 2-D kernel with per-axis modes (a volume of one plane), forward and backward
+    (against the reference; gradcheck)."""
     rng = np.random.default_rng(12)
     w = rng.standard_normal((3, 2, 3)).tolist()
     x = torch.from_numpy(rng.standard_normal((2, 3, 6, 7, 8)))
@@ -647,8 +662,24 @@ def test_dense_stencils_layouts_dtypes_out_and_backward(dense_runs):
     got = tf.correlate(x2, w2, mode=("wrap", "constant"), cval=-2.0, backend="cpu")
     ref = tf.correlate(x2, w2, mode=("wrap", "constant"), cval=-2.0, backend="reference")
     assert torch.allclose(got, ref, rtol=0, atol=1e-14)
+    for b in (x2, x.to(memory_format=torch.channels_last_3d)):
+        grads = []
+        for backend in ("cpu", "reference"):
+            t = b.clone().requires_grad_()
+            kw = dict(mode=("wrap", "nearest")) if b.dim() == 2 else dict(axes=AX, mode="mirror")
+            y = tf.correlate(t, w2 if b.dim() == 2 else w, backend=backend, **kw)
+            (gr,) = torch.autograd.grad(y, t, torch.ones_like(y).cumsum(-1))
+            grads.append(gr)
+        assert torch.allclose(grads[0], grads[1], rtol=0, atol=1e-12)
+        grads = []
+        for backend in ("cpu", "reference"):
+            t = b.float().clone().requires_grad_()
+            y = tf.correlate(t, w2 if b.dim() == 2 else w, backend=backend, **kw)
+            (gr,) = torch.autograd.grad(y.sum(), t)
+            grads.append(gr)
+        assert grads[0].dtype == torch.float32 and torch.allclose(grads[0], grads[1], rtol=1e-5, atol=1e-5)
     n = dense_runs["launches"]
-    assert n >= 7
+    assert n >= 11
     xs = torch.from_numpy(rng.standard_normal((1, 3, 4, 3))).requires_grad_()
     assert torch.autograd.gradcheck(lambda t: tf.correlate(t, w, axes=AX, mode="reflect", cval=0.5, backend="cpu"),
                                     (xs,), fast_mode=True)

@@ -18,12 +18,12 @@ passes with the rest ``(1 - w) g`` added in their epilogue.  *normalized* forwar
 blur writing ``[use ? g / den : 0, use ? 0 : g]``, the transposed blur adding the rest.
 ``keep_border`` is a box the selection holds in.  (Temporaries come from the output cache.)
 
-**Falls back to** ``reference``: several dense stencils, the backward of a dense stencil, the
-``direction`` epilogue, two passes along one axis, non-finite taps, ``constant`` mode with a
+**Falls back to** ``reference``: several dense stencils, the ``direction`` epilogue, two passes along one axis, non-finite taps, ``constant`` mode with a
 non-finite ``cval``, empty tensors.
 
 **Dense stencils** (``volume_dense``): one dense stencil of 2 or 3 axes (``correlate`` with a
-3-D kernel; 2-D with per-axis modes), forward, each output's taps summed in SciPy's order.
+3-D kernel; 2-D with per-axis modes), each output's taps summed in SciPy's order; the backward
+is one launch of the same kernel (flipped taps, the border folded back per output).
 
 **The direct 3x3x3 path** (``volume_direct``): the 3-D Sobel / Prewitt / Scharr gradient, its
 magnitude and the magnitude's backward scale, in one streaming pass with every component in
@@ -51,7 +51,7 @@ from .._lowering import lower
 from .buffers import _alloc
 from .plan import _small
 from .threads import _launch, _threads
-from .volume_dense import DensePlan, _k_dense3, dense
+from .volume_dense import DensePlan, _k_dense3, dense, dense_adjoint
 from .volume_direct import DirectPlan, _k_grad3, direct
 from .volume_kernels import _k_gsel, _k_vol
 from .volume_plan import EPI_ADDREST, EPI_BLEND, EPI_GDIV, EPI_NORM, EPI_NORMT, plan, supported
@@ -170,6 +170,8 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
         return reference.filter_backward(grad, x, spec, out)
     spec = lower(spec, x.shape)
     if not supported(spec):
+        if dense(spec, _vol(x, spec.ndim).shape[-3:], 1) is not None:
+            return _dense_backward(grad, x, spec, out)
         return reference.filter_backward(grad, x, spec, out)
     cd = _cd(x.dtype)
     nd = spec.ndim
@@ -195,6 +197,18 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
         bspec = spec
     vb = plan(bspec, sizes, True, nv, nt, isz)
     return _deliver(vb, nv, src, rsrc, x, lead + sizes, out, nd, cd)
+
+
+def _dense_backward(grad, x, spec, out):
+    """``A^T g`` of one dense stencil in one launch of the dense kernel (``volume_dense``: the
+    full correlation with the flipped taps, each output summing the positions the forward's
+    padding copies from it)."""
+    cd = _cd(x.dtype)
+    nd = spec.ndim
+    src, rsrc = _source(_vol(grad.expand(x.shape), nd), cd)
+    sizes = tuple(src.shape[-3:])
+    nv = _nvol(src.shape)
+    return _deliver(dense_adjoint(spec, sizes, nv), nv, src, rsrc, x, src.shape, out, nd, cd)
 
 
 def _blur_linear(spec):

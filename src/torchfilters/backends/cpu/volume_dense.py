@@ -34,13 +34,17 @@ from .simd import _vadd, _vmul, _vsplat
 from .volume_kernels import R_OUT, R_SRC, _voff
 from .volume_plan import modes3
 
-__all__ = ["DensePlan", "dense", "_k_dense3"]
+__all__ = ["DensePlan", "dense", "dense_adjoint", "_k_dense3"]
 
 #: rows of a work item's block
 BY = 4
-# M (int64): D, H, W, kd, kh, kw, blocks per plane, the padded row's interior start and end and
-# its source start; then the fold tables of z (D + kd - 1), y (H + kh - 1), x (W + kw - 1)
-M_FOLDS = 10
+# M (int64): D, H, W (the output's), kd, kh, kw, blocks per plane, the padded row's interior
+# start and end and its source start, the accumulator's length, the output row's offset in it,
+# the number of folded-back accumulator samples; then the offsets (in M) of the tables: the read
+# folds of z, y, x, the preimages of each output plane (CSR: starts, then virtual planes), of
+# each output row (the same), and the accumulator samples folded back (pairs: from, to)
+M_HEAD = 13
+M_FOLDS = M_HEAD + 8
 
 
 class DensePlan(NamedTuple):
@@ -50,48 +54,97 @@ class DensePlan(NamedTuple):
     nitems: int
 
 
-def dense(spec, sizes, nv):
-    """The plan of ``spec`` on ``nv`` volumes of ``sizes = (D, H, W)``, or None where the
-    spec is not one dense stencil (or has non-finite taps, or a non-finite ``cval`` that
-    ``constant`` mode would read)."""
+def _usable(spec):
     if not isinstance(spec, FilterSpec) or spec.epilogue != "stack" or len(spec.stencils) != 1:
-        return None
-    st = spec.stencils[0]
-    if st.kind != "dense" or spec.ndim not in (2, 3):
-        return None
-    return _dense(spec, math.copysign(1.0, spec.cval), tuple(sizes), nv)
+        return False
+    return spec.stencils[0].kind == "dense" and spec.ndim in (2, 3)
 
 
-@functools.lru_cache(maxsize=128)
-def _dense(spec, sign, sizes, nv):
+def dense(spec, sizes, nv):
+    """The forward plan of ``spec`` on ``nv`` volumes of ``sizes = (D, H, W)``, or None where
+    the spec is not one dense stencil (or has non-finite taps, or a non-finite ``cval`` that
+    ``constant`` mode would read)."""
+    if not _usable(spec):
+        return None
+    return _dense(spec, math.copysign(1.0, spec.cval), tuple(sizes), nv, False)
+
+
+def dense_adjoint(spec, sizes, nv):
+    """The plan of ``A^T g`` for :func:`dense`'s ``spec`` (same arguments; ``sizes`` of ``x``)."""
+    if not _usable(spec):
+        return None
+    return _dense(spec, math.copysign(1.0, spec.cval), tuple(sizes), nv, True)
+
+
+def _taps3(spec):
     st = spec.stencils[0]
     taps = np.asarray(st.taps, np.float64)
     lo = list(st.lo)
     if spec.ndim == 2:
         taps = taps[None]
         lo = [0] + lo
+    return taps, lo
+
+
+@functools.lru_cache(maxsize=128)
+def _dense(spec, sign, sizes, nv, adjoint):
+    """Forward: output sample ``i`` reads the input at ``fold(i + lo + t)``; each output has one
+    preimage (itself).  Adjoint: the full correlation with the flipped taps (``gp[p] = sum_t w_t
+    g[p - t]``, ``p < n + k - 1``, constant 0 outside ``g``), and each output ``j`` sums the
+    positions ``p`` of ``gp`` that the forward's padding copies from ``j`` (``fold(p + lo) == j``:
+    ``reference._unpad``) -- along ``z`` and ``y`` as lists of rows, along ``x`` in the row."""
+    taps, lo = _taps3(spec)
     if taps.ndim != 3 or not np.isfinite(taps).all():
         return None
     modes = modes3(spec)
-    if "constant" in modes and not math.isfinite(spec.cval):
+    if not adjoint and "constant" in modes and not math.isfinite(spec.cval):
         return None
+    k = taps.shape
+    reads, pre, xpairs = [], [], []
+    for a in range(3):
+        n = sizes[a]
+        if not adjoint:
+            reads.append([_fold1(n, i + lo[a], modes[a]) for i in range(n + k[a] - 1)])
+            pre.append([[i] for i in range(n)])
+            width, xo = n, 0
+        else:
+            P = n + k[a] - 1
+            reads.append([_fold1(n, i - (k[a] - 1), "constant") for i in range(P + k[a] - 1)])
+            idx = [_fold1(n, p + lo[a], modes[a]) for p in range(P)]
+            pre.append([[p for p in range(P) if idx[p] == j] for j in range(n)])
+            width, xo = P, -lo[a]
+            if a == 2:
+                xpairs = [(p, idx[p] + xo) for p in range(P) if idx[p] >= 0 and not 0 <= p - xo < n]
+    if adjoint:
+        taps = taps[::-1, ::-1, ::-1]
+        lr = -(k[2] - 1)
+    else:
+        lr = lo[2]
     D, H, W = sizes
-    kd, kh, kw = taps.shape
-    tables = [[_fold1(n, i + lo[a], modes[a]) for i in range(n + k - 1)]
-              for a, (n, k) in enumerate(((D, kd), (H, kh), (W, kw)))]
-    i0 = min(max(0, -lo[2]), W + kw - 1)  # the padded row's positions that read the row in place
-    i1 = max(i0, min(W + kw - 1, W - lo[2]))
+    NP = width + k[2] - 1
+    i0 = min(max(0, -lr), NP)  # the padded row's positions that read the row in place
+    i1 = max(i0, min(NP, W - lr))
     nyb = -(-H // BY)
-    M = np.asarray([D, H, W, kd, kh, kw, nyb, i0, i1, i0 + lo[2]] + tables[0] + tables[1] + tables[2], np.int64)
-    w = np.append(taps.ravel(), spec.cval)
+    tables = [reads[0], reads[1], reads[2]]
+    for a in (0, 1):
+        starts = np.cumsum([0] + [len(q) for q in pre[a]]).tolist()
+        tables += [starts, [p for q in pre[a] for p in q]]
+    tables.append([v for pr in xpairs for v in pr])
+    offs, o = [], M_FOLDS
+    for t in tables:
+        offs.append(o)
+        o += len(t)
+    head = [D, H, W, k[0], k[1], k[2], nyb, i0, i1, i0 + lr, width, xo, len(xpairs)]
+    M = np.asarray(head + offs + [v for t in tables for v in t], np.int64)
+    w = np.append(np.ascontiguousarray(taps).ravel(), 0.0 if adjoint else spec.cval)
     return DensePlan(w, w.astype(np.float32), M, nv * D * nyb)
 
 
 @njit(**_JIT)
 def _k_dense3(sa, oa, Wt, Ma, La, it0, it1):
     """Work items ``it0 .. it1`` (module docstring): source ``sa``, output ``oa`` (addresses),
-    ``Wt`` the taps then ``cval`` (compute dtype), ``Ma`` the plan's ``M``, ``La`` the layout
-    (``volume_kernels``' roles)."""
+    ``Wt`` the taps then ``cval`` (compute dtype), ``Ma`` the plan's ``M`` (:func:`_dense`),
+    ``La`` the layout (``volume_kernels``' roles)."""
     fz = Wt[0]
     L = _VL(fz)
     isz = Wt.itemsize
@@ -99,17 +152,18 @@ def _k_dense3(sa, oa, Wt, Ma, La, it0, it1):
     D, H, W = Ma[0], Ma[1], Ma[2]
     kd, kh, kw = Ma[3], Ma[4], Ma[5]
     nyb, i0, i1, s0 = Ma[6], Ma[7], Ma[8], Ma[9]
-    zf = Ma[M_FOLDS:M_FOLDS + D + kd - 1]  # (views of M: the host's fold tables)
-    yf = Ma[M_FOLDS + D + kd - 1:M_FOLDS + D + kd + H + kh - 2]
-    xf = Ma[M_FOLDS + D + kd + H + kh - 2:M_FOLDS + D + kd + H + kh + W + kw - 3]
+    WA, xo, nxp = Ma[10], Ma[11], Ma[12]
+    zf, yf, xf = Ma[Ma[M_HEAD]:], Ma[Ma[M_HEAD + 1]:], Ma[Ma[M_HEAD + 2]:]  # (views of M)
+    zc, zp, yc, yp = Ma[Ma[M_HEAD + 3]:], Ma[Ma[M_HEAD + 4]:], Ma[Ma[M_HEAD + 5]:], Ma[Ma[M_HEAD + 6]:]
+    xp = Ma[Ma[M_HEAD + 7]:]
     nt = kd * kh * kw
     cval = Wt[nt]
     cv = _vsplat(WP, nt)
     sD, sH = La[R_SRC + 4], La[R_SRC + 5]
     oD, oH = La[R_OUT + 4], La[R_OUT + 5]
-    NP = W + kw - 1
+    NP = WA + kw - 1
     RP = (NP + L - 1) // L * L + L  # the padded row's pitch (whole vectors)
-    RA = (W + L - 1) // L * L + L  # the accumulator's
+    RA = (WA + L - 1) // L * L + L  # the accumulator's
     buf = np.zeros(RP + RA + 2 * L + 64 // isz, Wt.dtype)
     ba = (buf.ctypes.data + 63) // 64 * 64
     P = _ptr(ba, fz)  # the padded row
@@ -128,46 +182,52 @@ def _k_dense3(sa, oa, Wt, Ma, La, it0, it1):
         ob = _voff(La, R_OUT, v)
         for y in range(y0, y1):
             j = 0
-            while j < W:  # SciPy's sum starts at +0.0
-                _stv(A, j, zv, min(L, W - j), L)
+            while j < WA:  # SciPy's sum starts at +0.0
+                _stv(A, j, zv, min(L, WA - j), L)
                 j += L
-            for kz in range(kd):
-                zz = zf[z + kz]
-                for ky in range(kh):
-                    yy = yf[y + ky]
-                    t0 = (kz * kh + ky) * kw
-                    if zz < 0 or yy < 0:  # (constant mode) a whole row of cval
-                        j = 0
-                        while j < NP:
-                            _stv(P, j, cv, min(L, NP - j), L)
-                            j += L
-                    else:
-                        rb = sb + zz * sD + yy * sH
-                        for i in range(i0):
-                            f = xf[i]
-                            _st(P, i, cval if f < 0 else src[rb + f])
-                        j = i0
-                        while j < i1:
-                            n = min(L, i1 - j)
-                            _stv(P, j, _ldv(src, rb + s0 + (j - i0), n, L), n, L)
-                            j += L
-                        for i in range(i1, NP):
-                            f = xf[i]
-                            _st(P, i, cval if f < 0 else src[rb + f])
-                    for kx in range(kw):
-                        if Wt[t0 + kx] == 0.0:
-                            continue  # (outside the footprint, as in SciPy)
-                        w = _vsplat(WP, t0 + kx)
-                        j = 0
-                        while j < W:
-                            n = min(L, W - j)
-                            _stv(A, j, _vadd(_ldv(A, j, n, L), _vmul(_ldv(P, kx + j, n, L), w)), n, L)
-                            j += L
+            for qz in range(zc[z], zc[z + 1]):
+                pz = zp[qz]
+                for qy in range(yc[y], yc[y + 1]):
+                    py = yp[qy]
+                    for kz in range(kd):
+                        zz = zf[pz + kz]
+                        for ky in range(kh):
+                            yy = yf[py + ky]
+                            t0 = (kz * kh + ky) * kw
+                            if zz < 0 or yy < 0:  # (constant mode) a whole row of cval
+                                j = 0
+                                while j < NP:
+                                    _stv(P, j, cv, min(L, NP - j), L)
+                                    j += L
+                            else:
+                                rb = sb + zz * sD + yy * sH
+                                for i in range(i0):
+                                    f = xf[i]
+                                    _st(P, i, cval if f < 0 else src[rb + f])
+                                j = i0
+                                while j < i1:
+                                    n = min(L, i1 - j)
+                                    _stv(P, j, _ldv(src, rb + s0 + (j - i0), n, L), n, L)
+                                    j += L
+                                for i in range(i1, NP):
+                                    f = xf[i]
+                                    _st(P, i, cval if f < 0 else src[rb + f])
+                            for kx in range(kw):
+                                if Wt[t0 + kx] == 0.0:
+                                    continue  # (outside the footprint, as in SciPy)
+                                w = _vsplat(WP, t0 + kx)
+                                j = 0
+                                while j < WA:
+                                    n = min(L, WA - j)
+                                    _stv(A, j, _vadd(_ldv(A, j, n, L), _vmul(_ldv(P, kx + j, n, L), w)), n, L)
+                                    j += L
+            for q in range(nxp):  # (adjoint) the row's border folded back onto its samples
+                _st(A, xp[2 * q + 1], A[xp[2 * q + 1]] + A[xp[2 * q]])
             orow = ob + z * oD + y * oH
             j = 0
             while j < W:
                 n = min(L, W - j)
-                _stv(out, orow + j, _ldv(A, j, n, L), n, L)
+                _stv(out, orow + j, _ldv(A, xo + j, n, L), n, L)
                 j += L
     # (numba frees an array after its last use: the buffers read through raw pointers live to here)
     return buf.size + Wt.size + Ma.size + La.size
