@@ -525,7 +525,7 @@ def test_volumes_and_per_axis_modes_run_as_chains_of_plane_launches(T):
     (``constant`` with ``cval``: each launch pads its input, as SciPy's sequential passes do),
     axes in any order and per-axis modes included; multi-stencil specs share the reference's
     epilogues (selective blur: its selection and blend or masked mean); the backward is the chain
-    of adjoints.  Dense 3-D stencils still run (counted) on the reference."""
+    of adjoints.  A dense 3-D stencil is the sum of its slices' 2-D launches."""
     import numpy as np
     import scipy.ndimage as ndi
 
@@ -609,14 +609,28 @@ def test_volumes_and_per_axis_modes_run_as_chains_of_plane_launches(T):
         (gr,) = torch.autograd.grad((yr * w).sum(), xq)
         close(y.detach(), yr.detach(), 1e-13, f"chained blur {i}")
         close(g, gr, 1e-12, f"chained blur backward {i}")
-    # what still falls back, counted: dense stencils of three axes
-    k3 = torch.arange(27.0).reshape(3, 3, 3).tolist()
-    for call in (lambda b: tf.correlate(x, k3, axes=ax, backend=b),
-                 lambda b: tf.selective_blur(x, 0.2, weights=k3, axes=ax, backend=b)):
-        before = sum(T.FALLBACKS.values())
-        y = call("triton")
-        assert sum(T.FALLBACKS.values()) == before + 1
-        close(y, call("reference"), 1e-12, "fallback")
+    # dense stencils of three axes: the sum over the first axis's taps of 2-D launches (and of
+    # 1-D ones where the other axes' modes differ), forward and backward
+    k3 = (torch.arange(27.0).reshape(3, 3, 3) - 13).tolist()
+    k3[0][1][2] = 0.0
+    for i, (mode, origin) in enumerate([("reflect", 0), ("constant", (1, 0, -1)), (("wrap", "mirror", "nearest"), 0)]):
+        call = lambda t, b: tf.correlate(t, k3, axes=ax, mode=mode, cval=0.5, origin=origin, backend=b)  # noqa: E731
+        xr = x.clone().requires_grad_()
+        before = T.LAUNCHES["chain_bwd"]
+        y = chained(lambda: call(xr, "triton"))
+        w = torch.randn(y.shape, generator=torch.Generator().manual_seed(i), dtype=y.dtype)
+        (g,) = torch.autograd.grad((y * w).sum(), xr)
+        assert T.LAUNCHES["chain_bwd"] > before
+        if isinstance(mode, str):
+            want = per_volume(lambda v: ndi.correlate(v, np.asarray(k3), mode=mode, cval=0.5, origin=origin))
+            assert np.abs(y.detach().numpy() - want).max() < 1e-12 * np.abs(want).max(), mode
+        xq = x.clone().requires_grad_()
+        yr = call(xq, "reference")
+        (gr,) = torch.autograd.grad((yr * w).sum(), xq)
+        close(y.detach(), yr.detach(), 1e-13, f"dense chain {mode}")
+        close(g, gr, 1e-12, f"dense chain backward {mode}")
+    y = chained(lambda: tf.selective_blur(x, 0.2, weights=k3, axes=ax, backend="triton"))
+    close(y, tf.selective_blur(x, 0.2, weights=k3, axes=ax, backend="reference"), 1e-13, "dense selective blur")
     with launched(T, 1, 0):  # one axis: a plane of one row, on the Triton kernels
         y = tf.uniform_filter1d(x, 3, -1, mode="wrap", backend="triton")
     close(y, tf.uniform_filter1d(x, 3, -1, mode="wrap", backend="reference"), 1e-12, "one axis")

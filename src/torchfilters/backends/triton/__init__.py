@@ -13,8 +13,7 @@ Modules:
 * :mod:`.footprint`: the general forward and backward kernels (any spec);
 * :mod:`.plan`: their host-side lowering and launch plans;
 * :mod:`.volume`: the fused 3x3x3 gradient (3-D Sobel, Prewitt, Scharr);
-* :mod:`.chain`: separable stencils of three axes (and per-axis modes) as chains of plane
-  launches;
+* :mod:`.chain`: stencils of three axes (and per-axis modes) as chains of plane launches;
 * :mod:`.rank`, :mod:`.canny`: rank filters and Canny.
 
 ``benchmarks/gpu.py --compile-only`` compiles every variant for sm_90 without a GPU.
@@ -49,8 +48,8 @@ UNAVAILABLE_HINT = (
 
 #: kernel launches by kernel name (tests assert on it: a silent fallback proves nothing)
 LAUNCHES: collections.Counter = collections.Counter()
-#: specs this engine handed to the reference, by entry point: dense stencils of three axes (and
-#: of two with per-axis modes), and the specs no kernel plans
+#: specs this engine handed to the reference, by entry point: the specs no kernel plans (more
+#: than two stencils over two axes, two passes along one axis, and the like)
 FALLBACKS: collections.Counter = collections.Counter()
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -371,5 +370,7 @@ filter_forward, filter_backward, blur_forward, blur_backward = _adapt(
                     blur_forward=functools.partial(_chained, "blur_forward"),
                     blur_backward=functools.partial(_chained, "blur_backward")),
 )
+
+_chain.bind(filter_forward, filter_backward)
 
 from .rank import rank_backward, rank_forward  # noqa: E402,F401  (rank filters)

@@ -17,12 +17,18 @@ several stencils, and selective blur, share the reference engine's epilogues
 (:func:`..reference.filter_compute`, :func:`..reference.filter_vjp`, :func:`..reference.blur_compute`,
 :func:`..reference.blur_vjp`: sum, magnitude rescaled as ``hypot``, stacking, the selection and
 its blend or masked mean), which run as torch operations on the device; the backward is the
-chain of the launches' adjoints, in reverse order.  Dense stencils of three axes still run on
-the reference engine.
+chain of the launches' adjoints, in reverse order.
+
+A dense stencil (of 2 or 3 axes) is the sum over its first axis's taps of its slices, each a
+stencil of the other axes run by the engine on the planes that tap reads (folded by the first
+axis's mode), added in order; its adjoint sums the slices' adjoints back onto those planes.
 """
 
 from __future__ import annotations
 
+import torch
+
+from ... import _spec
 from ..._spec import FilterSpec, Pass, Stencil, axis_mode
 from ..._validate import compute_dtype
 from .. import reference as _ref
@@ -34,7 +40,70 @@ __all__ = ["runs", "filter_forward", "filter_backward", "blur_forward", "blur_ba
 
 def runs(spec) -> bool:
     """Whether ``spec`` (a lowered filter spec the plane engine cannot map) runs as chains."""
-    return isinstance(spec, FilterSpec) and all(st.kind == "sep" for st in spec.stencils)
+    return isinstance(spec, FilterSpec) and all(_takes(st, spec.ndim) for st in spec.stencils)
+
+
+def _takes(st, ndim):
+    return st.kind == "sep" or ndim >= 2
+
+
+#: the engine's entry points for specs of any axes (:func:`bind`): a dense stencil's slices run
+#: through them
+_TOP = {}
+
+
+def bind(filter_forward, filter_backward):
+    """Give this module the engine's adapted entry points (the package calls it once)."""
+    _TOP.update(filter_forward=filter_forward, filter_backward=filter_backward)
+
+
+def _slices(st, mode, ndim):
+    """A dense stencil as its slices along its first axis: ``(mode0, lo0, [(t, spec of the other
+    axes)])``, all-zero slices left out (their taps are outside the footprint)."""
+    m0 = axis_mode(mode, -ndim, ndim)
+    rest = tuple(axis_mode(mode, a, ndim) for a in range(-ndim + 1, 0))
+    sub_mode = rest[0] if len(set(rest)) == 1 else rest
+    out = []
+    for t, taps in enumerate(st.taps):
+        sub = Stencil("dense", lo=tuple(st.lo[1:]), taps=taps)
+        if any(w != 0.0 for _, w in _ref._dense_terms(taps, _spec.dense_shape(taps))):
+            out.append((t, sub, sub_mode))
+    return m0, st.lo[0], out
+
+
+def _dense_apply(x, st, mode, cval, ndim):
+    """A dense stencil as the sum over its first axis's taps ``t`` of the other axes' stencil
+    (the engine's kernels, a spec of ``ndim - 1`` axes) on the planes ``fold(i + lo + t)``
+    (``constant``: a plane of ``cval``); each slice's taps summed in footprint order, the slices
+    added in order (within an ulp or two of SciPy's one running sum)."""
+    m0, lo, parts = _slices(st, mode, ndim)
+    d = x.dim() - ndim
+    n = x.shape[d]
+    idx = _ref.fold_indices(n, lo, n + len(st.taps) - 1, m0, device=x.device)
+    if m0 == "constant":
+        x = torch.cat([x, x.new_full(x.shape[:d] + (1,) + x.shape[d + 1:], cval)], d)
+    y = None
+    for t, sub, sub_mode in parts:
+        spec2 = FilterSpec(mode=sub_mode, cval=cval, epilogue="stack", stencils=(sub,), ndim=ndim - 1)
+        yt = _TOP["filter_forward"](x.index_select(d, idx[t:t + n]), spec2)
+        LAUNCHES["chain"] += 1
+        y = yt if y is None else y.add_(yt)
+    return y if y is not None else torch.zeros(x.shape[:d] + (n,) + x.shape[d + 1:], dtype=x.dtype, device=x.device)
+
+
+def _dense_adjoint(g, st, mode, ndim):
+    """``A^T g`` of :func:`_dense_apply`: each slice's adjoint (the engine's backward), summed
+    back onto the planes it read (``constant``: the ``cval`` plane dropped)."""
+    m0, lo, parts = _slices(st, mode, ndim)
+    d = g.dim() - ndim
+    n = g.shape[d]
+    idx = _ref.fold_indices(n, lo, n + len(st.taps) - 1, m0, device=g.device)
+    gx = g.new_zeros(g.shape[:d] + (n + 1,) + g.shape[d + 1:])
+    for t, sub, sub_mode in parts:
+        spec2 = FilterSpec(mode=sub_mode, cval=0.0, epilogue="stack", stencils=(sub,), ndim=ndim - 1)
+        gx.index_add_(d, idx[t:t + n], _TOP["filter_backward"](g, g, spec2))
+        LAUNCHES["chain_bwd"] += 1
+    return gx.narrow(d, 0, n)
 
 
 def _groups(st: Stencil, mode, ndim: int):
@@ -101,11 +170,15 @@ def _chain(t, st, mode, cval, ndim, out=None):
 
 
 def _apply(x, st, mode, cval, ndim):
+    if st.kind == "dense":
+        return _dense_apply(x, st, mode, cval, ndim)
     return _chain(x, st, mode, cval, ndim)
 
 
 def _adjoint(g, st, mode, ndim):
     """``A^T g``: the launches' adjoints in reverse order (each a plane backward)."""
+    if st.kind == "dense":
+        return _dense_adjoint(g, st, mode, ndim)
     for depth, m, passes in reversed(_groups(st, mode, ndim)):
         gv = _view(g, depth)
         y = _filter_backward_planes(gv, gv, _spec2(depth, m, 0.0, passes))
@@ -124,7 +197,7 @@ def filter_forward(x, spec, out=None):
     shape = spec.out_shape(x.shape)
     if x.numel() == 0:
         return x.new_zeros(shape) if out is None else out
-    if spec.epilogue == "stack" and len(spec.stencils) == 1:
+    if spec.epilogue == "stack" and len(spec.stencils) == 1 and spec.stencils[0].kind == "sep":
         direct = out if out is not None and out.dtype == cd else None
         y = _chain(xs, spec.stencils[0], spec.mode, spec.cval, spec.ndim, direct)
         if direct is not None:
@@ -156,7 +229,7 @@ def blur_forward(x, mask, spec, threshold, out=None):
     """Selective blur of ``spec`` (a separable blur) as chains of plane launches, with the
     reference's selection and blend, or None where it does not run here."""
     spec = lower(spec, x.shape)
-    if spec.stencil.kind != "sep":
+    if not _takes(spec.stencil, spec.ndim):
         return None
     if x.numel() == 0:
         return x.new_zeros(x.shape) if out is None else out
@@ -170,7 +243,7 @@ def blur_forward(x, mask, spec, threshold, out=None):
 def blur_backward(grad, x, mask, spec, threshold, out=None):
     """The gradient of :func:`blur_forward` with respect to ``x``, or None."""
     spec = lower(spec, x.shape)
-    if spec.stencil.kind != "sep":
+    if not _takes(spec.stencil, spec.ndim):
         return None
     if x.numel() == 0:
         return x.new_zeros(x.shape) if out is None else out
