@@ -166,18 +166,23 @@ def test_paired_passes_give_scipys_bits(mode, no_reference):
         assert np.array_equal(got, ref)
 
 
-@pytest.fixture
-def direct_runs(monkeypatch):
-    """Counts the launches of the direct 3x3x3 gradient kernel (``volume_direct``)."""
+def _count_launches(monkeypatch, kernel):
+    """``{"launches": n}``, counting the calls of the volume module's ``kernel`` from now on."""
     n = {"launches": 0}
-    real = volume._k_grad3
+    real = getattr(volume, kernel)
 
     def counted(*args):
         n["launches"] += 1
         return real(*args)
 
-    monkeypatch.setattr(volume, "_k_grad3", counted)
+    monkeypatch.setattr(volume, kernel, counted)
     return n
+
+
+@pytest.fixture
+def direct_runs(monkeypatch):
+    """Counts the launches of the direct 3x3x3 gradient kernel (``volume_direct``)."""
+    return _count_launches(monkeypatch, "_k_grad3")
 
 
 @pytest.mark.parametrize("mode", MODES + (MIX, ("nearest", "reflect", "wrap")), ids=str)
@@ -584,15 +589,7 @@ def test_no_kernel_variant_per_shape_or_spec():
 @pytest.fixture
 def dense_runs(monkeypatch):
     """Counts the launches of the dense volume kernel (``volume_dense``)."""
-    n = {"launches": 0}
-    real = volume._k_dense3
-
-    def counted(*args):
-        n["launches"] += 1
-        return real(*args)
-
-    monkeypatch.setattr(volume, "_k_dense3", counted)
-    return n
+    return _count_launches(monkeypatch, "_k_dense3")
 
 
 @pytest.mark.parametrize("mode", MODES, ids=str)
