@@ -634,3 +634,26 @@ def test_volumes_and_per_axis_modes_run_as_chains_of_plane_launches(T):
     with launched(T, 1, 0):  # one axis: a plane of one row, on the Triton kernels
         y = tf.uniform_filter1d(x, 3, -1, mode="wrap", backend="triton")
     close(y, tf.uniform_filter1d(x, 3, -1, mode="wrap", backend="reference"), 1e-12, "one axis")
+
+
+def test_outputs_whose_batch_dims_do_not_collapse(T):
+    """An ``out=`` whose leading dims do not collapse to one plane index (``channels_last_3d``,
+    permuted batch dims) is written through a temporary, by the plane entry points (2-D specs on
+    5-D tensors) and by the chains (3-D specs): before, the kernel wrote a contiguous copy of it
+    and the caller's tensor stayed unwritten."""
+    x = rand(2, 3, 4, 5, 6, seed=7)
+    calls = [lambda b, o: tf.gaussian_filter(x, 0.7, out=o, backend=b),
+             lambda b, o: tf.gaussian_filter(x, 0.7, axes=(-3, -2, -1), out=o, backend=b),
+             lambda b, o: tf.uniform_filter(x, 3, axes=(-3, -2, -1), out=o, backend=b),
+             lambda b, o: tf.selective_blur(x, 0.0, sigma=0.7, out=o, backend=b),
+             lambda b, o: tf.laplace(x, out=o, backend=b)]
+    for i, call in enumerate(calls):
+        for out in (torch.full_like(x, float("nan")).to(memory_format=torch.channels_last_3d),
+                    torch.full((4, 3, 2, 5, 6), float("nan"), dtype=x.dtype).permute(2, 1, 0, 3, 4)):
+            assert call("triton", out) is out
+            close(out, call("reference", None), 1e-12, f"call {i}")
+    spec = FilterSpec("reflect", 0.0, "stack", (_spec.sep((-1, -1, (1.0, 2.0, 1.0))),))
+    g = rand(2, 3, 4, 5, 6, seed=8)
+    out = torch.full_like(x, float("nan")).to(memory_format=torch.channels_last_3d)
+    assert T.filter_backward(g, x, spec, out) is out
+    close(out, backends.get("reference").filter_backward(g, x, spec), 1e-12, "backward")

@@ -79,6 +79,17 @@ def _planes(t: torch.Tensor):
     n1, s0, s1 = lead
     return t, n1, s0, s1, t.stride(-2), t.stride(-1)
 
+def _unwritable(out):
+    """Whether the kernels cannot write ``out`` in place: its leading dims (with a stacked
+    component axis, or without it) do not collapse to a plane index (``_planes`` would copy it,
+    and the kernel write the copy): the plane entry points then write through a temporary."""
+    if out is None:
+        return False
+    if collapse_planes(out.shape[:-2], out.stride()[:-2]) is None:
+        return True
+    return out.dim() >= 3 and collapse_planes(out.shape[:-3], out.stride()[:-3]) is None
+
+
 def _check_out(out, shape, dtype, device, inputs):
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor; got {type(out).__name__}")
@@ -232,6 +243,8 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
     shape = spec.out_shape(x.shape)
     if out is not None:
         _check_out(out, shape, x.dtype, x.device, (x,))
+        if _unwritable(out):
+            return out.copy_(_filter_forward_planes(x, spec))
     H, W = x.shape[-2:]
     NP = x.numel() // max(1, H * W)
     if x.numel() == 0:
@@ -250,6 +263,8 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
 def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
     if out is not None:
         _check_out(out, x.shape, x.dtype, x.device, (x, grad))
+        if _unwritable(out):
+            return out.copy_(_filter_backward_planes(grad, x, spec))
     H, W = x.shape[-2:]
     NP = x.numel() // max(1, H * W)
     if x.numel() == 0:
@@ -276,6 +291,8 @@ def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
 def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
     if out is not None:
         _check_out(out, x.shape, x.dtype, x.device, (x, mask))
+        if _unwritable(out):
+            return out.copy_(_blur_forward_planes(x, mask, spec, threshold))
     H, W = x.shape[-2:]
     NP = x.numel() // max(1, H * W)
     if x.numel() == 0:
@@ -297,6 +314,8 @@ def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
 def _blur_backward_planes(grad, x, mask, spec: BlurSpec, threshold: float, out=None):
     if out is not None:
         _check_out(out, x.shape, x.dtype, x.device, (x, grad, mask))
+        if _unwritable(out):
+            return out.copy_(_blur_backward_planes(grad, x, mask, spec, threshold))
     H, W = x.shape[-2:]
     NP = x.numel() // max(1, H * W)
     if x.numel() == 0:
