@@ -600,7 +600,7 @@ def test_dense_3d_stencils_give_scipys_bits(mode, dense_runs, no_reference):
     origins, ``cval``; a NaN under a zero tap stays outside the footprint, as in SciPy."""
     rng = np.random.default_rng(11)
     cases = [((2, 5, 6, 7), (3, 3, 3), 0), ((1, 4, 1, 9), (2, 3, 4), (0, 1, -1)), ((1, 3, 2, 1), (5, 1, 3), 0),
-             ((1, 2, 8, 19), (3, 2, 5), (1, 0, 1))]
+             ((1, 2, 8, 19), (3, 2, 5), (1, 0, 1)), ((1, 2, 3, 75), (2, 3, 3), 0)]  # (75: blocks of 4 vectors)
     for shape, k, origin in cases:
         x = rng.standard_normal(shape)
         x[0, 0, 0, :2] = -0.0
@@ -622,7 +622,8 @@ def test_dense_3d_stencils_give_scipys_bits(mode, dense_runs, no_reference):
     assert dense_runs["launches"] == 2 * len(cases) + 1
     # the backward is one launch of the same kernel: A^T g against the matrix of SciPy's
     # correlate (its columns: the responses to unit impulses), on small volumes
-    for shape, k, origin in [((4, 3, 5), (3, 3, 3), 0), ((2, 1, 6), (2, 3, 4), (0, 1, -1)), ((5, 2, 1), (3, 2, 5), (1, 0, 2))]:
+    for shape, k, origin in [((4, 3, 5), (3, 3, 3), 0), ((2, 1, 6), (2, 3, 4), (0, 1, -1)), ((5, 2, 1), (3, 2, 5), (1, 0, 2)),
+                             ((2, 2, 71), (2, 2, 3), 0)]:
         w = rng.standard_normal(k)
         w.flat[2] = 0.0
         n = math.prod(shape)
@@ -633,7 +634,7 @@ def test_dense_3d_stencils_give_scipys_bits(mode, dense_runs, no_reference):
         y = tf.correlate(xr, w.tolist(), axes=AX, mode=mode, cval=CVAL, origin=origin, backend="cpu")
         (got,) = torch.autograd.grad(y, xr, torch.from_numpy(g[None]))
         assert np.allclose(got.numpy().ravel(), A.T @ g.ravel(), rtol=1e-13, atol=1e-13), (shape, k, origin)
-    assert dense_runs["launches"] == 2 * len(cases) + 1 + 6
+    assert dense_runs["launches"] == 2 * len(cases) + 1 + 8
 
 
 def test_dense_stencils_layouts_dtypes_out_and_backward(dense_runs):
@@ -647,7 +648,11 @@ def test_dense_stencils_layouts_dtypes_out_and_backward(dense_runs):
         got = tf.correlate(t, w, axes=AX, mode="mirror", backend="cpu")
         assert torch.equal(got, tf.correlate(t.contiguous(), w, axes=AX, mode="mirror", backend="cpu"))
         assert torch.allclose(got, tf.correlate(t, w, axes=AX, mode="mirror", backend="reference"), rtol=0, atol=1e-14)
+    xw = torch.from_numpy(rng.standard_normal((1, 2, 3, 4, 70)))  # float32: blocks of 4 vectors
     for dt, tol in ((torch.float32, 1e-6), (torch.bfloat16, 1e-2)):
+        got = tf.correlate(xw.to(dt), w, axes=AX, mode="reflect", backend="cpu")
+        ref = tf.correlate(xw.to(dt), w, axes=AX, mode="reflect", backend="reference")
+        assert got.dtype == dt and torch.allclose(got.double(), ref.double(), rtol=tol, atol=tol)
         got = tf.correlate(x.to(dt), w, axes=AX, mode="wrap", backend="cpu")
         ref = tf.correlate(x.to(dt), w, axes=AX, mode="wrap", backend="reference")
         assert got.dtype == dt and torch.allclose(got.double(), ref.double(), rtol=tol, atol=tol)

@@ -30,7 +30,7 @@ from numba import njit
 from ..._spec import FilterSpec
 from .prims import _JIT, _ptr, _st
 from .separable import _VL, _fold1, _ldv, _stv
-from .simd import _vadd, _vmul, _vsplat
+from .simd import _vadd, _vld, _vmul, _vsplat, _vst
 from .volume_kernels import R_OUT, R_SRC, _voff
 from .volume_plan import modes3
 
@@ -40,10 +40,10 @@ __all__ = ["DensePlan", "dense", "dense_adjoint", "_k_dense3"]
 BY = 4
 # M (int64): D, H, W (the output's), kd, kh, kw, blocks per plane, the padded row's interior
 # start and end and its source start, the accumulator's length, the output row's offset in it,
-# the number of folded-back accumulator samples; then the offsets (in M) of the tables: the read
+# the number of folded-back accumulator samples, the most padded rows an output row reads; then the offsets (in M) of the tables: the read
 # folds of z, y, x, the preimages of each output plane (CSR: starts, then virtual planes), of
 # each output row (the same), and the accumulator samples folded back (pairs: from, to)
-M_HEAD = 13
+M_HEAD = 14
 M_FOLDS = M_HEAD + 8
 
 
@@ -134,7 +134,8 @@ def _dense(spec, sign, sizes, nv, adjoint):
     for t in tables:
         offs.append(o)
         o += len(t)
-    head = [D, H, W, k[0], k[1], k[2], nyb, i0, i1, i0 + lr, width, xo, len(xpairs)]
+    rows = max(len(q) for q in pre[0]) * max(len(q) for q in pre[1]) * k[0] * k[1]
+    head = [D, H, W, k[0], k[1], k[2], nyb, i0, i1, i0 + lr, width, xo, len(xpairs), rows]
     M = np.asarray(head + offs + [v for t in tables for v in t], np.int64)
     w = np.append(np.ascontiguousarray(taps).ravel(), 0.0 if adjoint else spec.cval)
     return DensePlan(w, w.astype(np.float32), M, nv * D * nyb)
@@ -162,13 +163,13 @@ def _k_dense3(sa, oa, Wt, Ma, La, it0, it1):
     sD, sH = La[R_SRC + 4], La[R_SRC + 5]
     oD, oH = La[R_OUT + 4], La[R_OUT + 5]
     NP = WA + kw - 1
-    RP = (NP + L - 1) // L * L + L  # the padded row's pitch (whole vectors)
+    KK = kd * kh
+    RP = (NP + L - 1) // L * L + L  # a padded row's pitch (whole vectors)
     RA = (WA + L - 1) // L * L + L  # the accumulator's
-    buf = np.zeros(RP + RA + 2 * L + 64 // isz, Wt.dtype)
+    buf = np.zeros(Ma[13] * RP + RA + 2 * L + 64 // isz, Wt.dtype)
     ba = (buf.ctypes.data + 63) // 64 * 64
-    P = _ptr(ba, fz)  # the padded row
-    A = _ptr(ba + RP * isz, fz)  # the accumulator row
-    zv = _vsplat(_ptr(ba + (RP + RA) * isz, fz), 0)  # (never written: +0.0)
+    A = _ptr(ba + Ma[13] * RP * isz, fz)  # the accumulator row (adjoint: folded back in it)
+    zv = _vsplat(_ptr(ba + (Ma[13] * RP + RA) * isz, fz), 0)  # (never written: +0.0)
     src = _ptr(sa, fz)
     out = _ptr(oa, fz)
     per = D * nyb
@@ -181,53 +182,79 @@ def _k_dense3(sa, oa, Wt, Ma, La, it0, it1):
         sb = _voff(La, R_SRC, v)
         ob = _voff(La, R_OUT, v)
         for y in range(y0, y1):
-            j = 0
-            while j < WA:  # SciPy's sum starts at +0.0
-                _stv(A, j, zv, min(L, WA - j), L)
-                j += L
+            nr = 0  # the padded rows the output row reads: per preimage (pz, py), per (kz, ky)
             for qz in range(zc[z], zc[z + 1]):
-                pz = zp[qz]
                 for qy in range(yc[y], yc[y + 1]):
-                    py = yp[qy]
                     for kz in range(kd):
-                        zz = zf[pz + kz]
+                        zz = zf[zp[qz] + kz]
                         for ky in range(kh):
-                            yy = yf[py + ky]
-                            t0 = (kz * kh + ky) * kw
+                            yy = yf[yp[qy] + ky]
+                            P = _ptr(ba + nr * RP * isz, fz)
+                            nr += 1
                             if zz < 0 or yy < 0:  # (constant mode) a whole row of cval
                                 j = 0
                                 while j < NP:
                                     _stv(P, j, cv, min(L, NP - j), L)
                                     j += L
-                            else:
-                                rb = sb + zz * sD + yy * sH
-                                for i in range(i0):
-                                    f = xf[i]
-                                    _st(P, i, cval if f < 0 else src[rb + f])
-                                j = i0
-                                while j < i1:
-                                    n = min(L, i1 - j)
-                                    _stv(P, j, _ldv(src, rb + s0 + (j - i0), n, L), n, L)
-                                    j += L
-                                for i in range(i1, NP):
-                                    f = xf[i]
-                                    _st(P, i, cval if f < 0 else src[rb + f])
-                            for kx in range(kw):
-                                if Wt[t0 + kx] == 0.0:
-                                    continue  # (outside the footprint, as in SciPy)
-                                w = _vsplat(WP, t0 + kx)
-                                j = 0
-                                while j < WA:
-                                    n = min(L, WA - j)
-                                    _stv(A, j, _vadd(_ldv(A, j, n, L), _vmul(_ldv(P, kx + j, n, L), w)), n, L)
-                                    j += L
-            for q in range(nxp):  # (adjoint) the row's border folded back onto its samples
-                _st(A, xp[2 * q + 1], A[xp[2 * q + 1]] + A[xp[2 * q]])
+                                continue
+                            rb = sb + zz * sD + yy * sH
+                            for i in range(i0):
+                                f = xf[i]
+                                _st(P, i, cval if f < 0 else src[rb + f])
+                            j = i0
+                            while j < i1:
+                                n = min(L, i1 - j)
+                                _stv(P, j, _ldv(src, rb + s0 + (j - i0), n, L), n, L)
+                                j += L
+                            for i in range(i1, NP):
+                                f = xf[i]
+                                _st(P, i, cval if f < 0 else src[rb + f])
             orow = ob + z * oD + y * oH
+            direct = nxp == 0 and xo == 0  # (the forward: no fold-back, stored as summed)
             j = 0
-            while j < W:
-                n = min(L, W - j)
-                _stv(out, orow + j, _ldv(A, xo + j, n, L), n, L)
+            while j + 4 * L <= WA:  # four vectors at a time: four independent chains of sums
+                a0 = zv
+                a1 = zv
+                a2 = zv
+                a3 = zv
+                for r in range(nr):
+                    P = _ptr(ba + r * RP * isz, fz)
+                    t0 = (r % KK) * kw
+                    for kx in range(kw):
+                        if Wt[t0 + kx] != 0.0:
+                            w = _vsplat(WP, t0 + kx)
+                            a0 = _vadd(a0, _vmul(_vld(P, kx + j), w))
+                            a1 = _vadd(a1, _vmul(_vld(P, kx + j + L), w))
+                            a2 = _vadd(a2, _vmul(_vld(P, kx + j + 2 * L), w))
+                            a3 = _vadd(a3, _vmul(_vld(P, kx + j + 3 * L), w))
+                D0 = out if direct else A
+                d0 = orow + j if direct else j
+                _vst(D0, d0, a0)
+                _vst(D0, d0 + L, a1)
+                _vst(D0, d0 + 2 * L, a2)
+                _vst(D0, d0 + 3 * L, a3)
+                j += 4 * L
+            while j < WA:  # each vector's taps summed in registers, from +0.0 (SciPy's order)
+                n = min(L, WA - j)
+                acc = zv
+                for r in range(nr):
+                    P = _ptr(ba + r * RP * isz, fz)
+                    t0 = (r % KK) * kw
+                    for kx in range(kw):
+                        if Wt[t0 + kx] != 0.0:  # (zero taps are outside the footprint, as in SciPy)
+                            acc = _vadd(acc, _vmul(_ldv(P, kx + j, n, L), _vsplat(WP, t0 + kx)))
+                if direct:
+                    _stv(out, orow + j, acc, min(n, W - j), L)
+                else:
+                    _stv(A, j, acc, n, L)
                 j += L
+            if not direct:
+                for q in range(nxp):  # (adjoint) the row's border folded back onto its samples
+                    _st(A, xp[2 * q + 1], A[xp[2 * q + 1]] + A[xp[2 * q]])
+                j = 0
+                while j < W:
+                    n = min(L, W - j)
+                    _stv(out, orow + j, _ldv(A, xo + j, n, L), n, L)
+                    j += L
     # (numba frees an array after its last use: the buffers read through raw pointers live to here)
     return buf.size + Wt.size + Ma.size + La.size
