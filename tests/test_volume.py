@@ -685,3 +685,45 @@ def test_dense_stencils_layouts_dtypes_out_and_backward(dense_runs):
     xs = torch.from_numpy(rng.standard_normal((1, 3, 4, 3))).requires_grad_()
     assert torch.autograd.gradcheck(lambda t: tf.correlate(t, w, axes=AX, mode="reflect", cval=0.5, backend="cpu"),
                                     (xs,), fast_mode=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_dense_backward_stays_inside_its_rows(dtype, dense_runs):
+    """The adjoint's accumulator row is ``kw - 1`` longer than the gradient's; with nothing to
+    fold back along x (``constant`` mode, first offset 0) the kernel stores the row's ``W``
+    samples only: wider stores wrote into the next row (another thread's) and past the tensor
+    (found by review: heap corruption).  Rows whose end falls short of a block of four vectors."""
+    rng = np.random.default_rng(13)
+    L = 64 // dtype.itemsize  # (lanes of an AVX-512 vector; shorter vectors are covered too)
+    for W in (4 * L - 2, 4 * L - 1, 8 * L - 1, 30):
+        x = torch.from_numpy(rng.standard_normal((3, 2, 3, W))).to(dtype)
+        for call in (lambda t, b: tf.correlate(t, rng2.tolist(), axes=AX, mode="constant", origin=(0, 0, -1), backend=b),
+                     lambda t, b: tf.convolve(t, rng2[:, :, :2].tolist(), axes=AX, mode="constant", backend=b)):
+            rng2 = np.random.default_rng(W).standard_normal((2, 1, 3))
+            g = torch.from_numpy(rng.standard_normal((3, 2, 3, W))).to(dtype)
+            grads = []
+            for b in ("cpu", "reference"):
+                t = x.clone().requires_grad_()
+                (gr,) = torch.autograd.grad(call(t, b), t, g)
+                grads.append(gr)
+            assert torch.allclose(grads[0], grads[1], rtol=1e-5, atol=1e-5), W
+    # nothing past an ``out`` view of the gradient is written (rows of a wider buffer)
+    W = 4 * L - 2
+    x = torch.from_numpy(rng.standard_normal((1, 2, 2, W))).to(dtype)
+    seen = []
+    real = volume.filter_backward
+
+    def spy(grad, xx, spec, out=None):
+        seen.append(spec)
+        return real(grad, xx, spec, out)
+
+    volume.filter_backward = spy
+    try:
+        t = x.clone().requires_grad_()
+        y = tf.correlate(t, np.ones((2, 1, 3)).tolist(), axes=AX, mode="constant", origin=(0, 0, -1), backend="cpu")
+        (want,) = torch.autograd.grad(y, t, torch.ones_like(y))
+    finally:
+        volume.filter_backward = real
+    big = torch.full((1, 2, 2, W + 8), float("nan"), dtype=dtype)
+    assert real(torch.ones_like(x), x, seen[-1], big[..., :W]) is not None
+    assert torch.equal(big[..., :W], want) and bool(big[..., W:].isnan().all())

@@ -210,9 +210,12 @@ def _k_dense3(sa, oa, Wt, Ma, La, it0, it1):
                                 f = xf[i]
                                 _st(P, i, cval if f < 0 else src[rb + f])
             orow = ob + z * oD + y * oH
-            direct = nxp == 0 and xo == 0  # (the forward: no fold-back, stored as summed)
+            # the forward (and an adjoint with nothing to fold back): stored as summed, the W
+            # samples of the row only (an adjoint's samples past them are dropped: constant mode)
+            direct = nxp == 0 and xo == 0
+            WE = W if direct else WA
             j = 0
-            while j + 4 * L <= WA:  # four vectors at a time: four independent chains of sums
+            while j + 4 * L <= WE:  # four vectors at a time: four independent chains of sums
                 a0 = zv
                 a1 = zv
                 a2 = zv
@@ -234,8 +237,8 @@ def _k_dense3(sa, oa, Wt, Ma, La, it0, it1):
                 _vst(D0, d0 + 2 * L, a2)
                 _vst(D0, d0 + 3 * L, a3)
                 j += 4 * L
-            while j < WA:  # each vector's taps summed in registers, from +0.0 (SciPy's order)
-                n = min(L, WA - j)
+            while j < WE:  # each vector's taps summed in registers, from +0.0 (SciPy's order)
+                n = min(L, WE - j)
                 acc = zv
                 for r in range(nr):
                     P = _ptr(ba + r * RP * isz, fz)
@@ -244,7 +247,7 @@ def _k_dense3(sa, oa, Wt, Ma, La, it0, it1):
                         if Wt[t0 + kx] != 0.0:  # (zero taps are outside the footprint, as in SciPy)
                             acc = _vadd(acc, _vmul(_ldv(P, kx + j, n, L), _vsplat(WP, t0 + kx)))
                 if direct:
-                    _stv(out, orow + j, acc, min(n, W - j), L)
+                    _stv(out, orow + j, acc, n, L)
                 else:
                     _stv(A, j, acc, n, L)
                 j += L
