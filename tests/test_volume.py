@@ -728,3 +728,33 @@ def test_dense_backward_stays_inside_its_rows(dtype, dense_runs):
     assert real(torch.ones_like(x), x, seen[-1], big[..., :W]) is not None
     assert torch.equal(big[..., :W], want) and bool(big[..., W:].isnan().all())
     assert dense_runs["launches"] >= 17  # (every forward and backward above)
+
+
+@pytest.mark.parametrize("mode", MODES + (MIX,), ids=str)
+def test_one_3x3x3_component_runs_the_direct_path(mode, direct_runs, no_reference):
+    """``sobel`` / ``prewitt`` / ``derivative(operator=...)`` of one axis over three axes run on
+    the direct kernel (its three components formed in SciPy's order, the one asked for stored):
+    float64 is SciPy's bits along every axis (the volume engine's z-first order was an ulp off
+    along -2 and -1), and a constant float32 volume of 3e38 gives 0, not NaN (its smoothing
+    overflowed before the derivative cancelled)."""
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((2, 5, 6, 7))
+    x[0, :, :2] = -1.0  # equal pairs: signed zeros
+    for op in ("sobel", "prewitt"):
+        for axis in (-3, -2, -1):
+            got = getattr(tf, op)(torch.from_numpy(x), axis, axes=AX, mode=mode, backend="cpu").numpy()
+            if isinstance(mode, str):
+                want = np.stack([getattr(ndi, op)(v, axis + 3, mode=mode) for v in x])
+                assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want)), (op, axis)
+            comp = tf.gradient(torch.from_numpy(x), operator=op, axes=AX, mode=mode, backend="cpu").numpy()[:, axis + 3]
+            assert np.array_equal(got, comp) and np.array_equal(np.signbit(got), np.signbit(comp)), (op, axis)
+    c = torch.full((1, 4, 5, 6), 3e38)
+    for axis in (-3, -2, -1):
+        for call in (lambda: tf.sobel(c, axis, axes=AX, mode=mode, backend="cpu"),
+                     lambda: tf.derivative(c, axis, operator="scharr", axes=AX, mode=mode, backend="cpu")):
+            y = call()
+            if mode != "constant" and "constant" not in mode:
+                assert torch.equal(y, torch.zeros_like(y)), axis
+            else:
+                assert not bool(y.isnan().any()), axis
+    assert direct_runs["launches"] >= 2 * 3 * 2 + 6

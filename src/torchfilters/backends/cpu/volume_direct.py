@@ -3,7 +3,8 @@ magnitude, its three components, or the magnitude's backward scale) in one strea
 
 **Runs here**: what ``backends._direct3.direct_plan`` accepts (the rule is shared with the
 Triton engine): the gradient of a 3-tap smoothing and a 3-tap derivative over three axes in any
-order (``sobel`` / ``prewitt`` / ``scharr``), epilogues ``magnitude`` and ``stack``, every mode
+order (``sobel`` / ``prewitt`` / ``scharr``), epilogues ``magnitude`` and ``stack``, and one
+component alone (``sobel(x, axis, axes=...)``: the three are formed, one stored), every mode
 per axis, ``constant`` with ``cval = +0``; float32 and float64 (16-bit inputs are computed in
 float32).  The rest of the volume engine runs everything else.
 
@@ -45,7 +46,7 @@ __all__ = ["DirectPlan", "direct", "_k_grad3"]
 
 #: epilogues: the magnitude; the three components (``out[k]``); ``g * y_k / |y|`` (``out[k]``,
 #: the magnitude's backward scale, ``aux`` the gradient)
-EPI_D_MAG, EPI_D_STACK, EPI_D_MAGSCALE = 0, 1, 2
+EPI_D_MAG, EPI_D_STACK, EPI_D_MAGSCALE, EPI_D_ONE = 0, 1, 2, 3
 #: rows of a work item's block
 BY = 8
 # M (int64): D, H, W, BY, blocks, planes per chunk, chunks, epilogue, forms (_anti, the middle
@@ -77,7 +78,7 @@ def direct(spec, sizes, nv, nthreads, epilogue=None):
 @functools.lru_cache(maxsize=256)
 def _direct(spec, sign, sizes, nv, nthreads, epilogue):
     # (``sign``: -0.0 == 0.0 in the spec's key, but only +0 is the zero padding this path runs)
-    hit = direct_plan(spec, epilogue)
+    hit = direct_plan(spec, epilogue, one=True)
     if hit is None:
         return None
     w, order = hit
@@ -89,6 +90,8 @@ def _direct(spec, sign, sizes, nv, nthreads, epilogue):
     zc = -(-D // nzc)
     nzc = -(-D // zc)
     epi = {"magnitude": EPI_D_MAG, "stack": EPI_D_STACK, "magscale": EPI_D_MAGSCALE}[epilogue or spec.epilogue]
+    if len(spec.stencils) == 1:
+        epi = EPI_D_ONE  # (one component: the three are formed, the spec's one stored)
     mz, my, mx = modes3(spec)
     af = 1 if abs(w[1]) == 1.0 else 0
     # the fold tables (``separable._fold1``, once per plan): planes -1 .. D, rows -1 .. H, and the
@@ -274,7 +277,9 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
                     gz = _sym(_ldv(T2, L - 1 + j, n, L), _ldv(T2, L + j, n, L), _ldv(T2, L + 1 + j, n, L), t0, t1, tf)
                     g3 = (gz, gy, gx)
                     a0, a1, a2 = g3[p0], g3[p1], g3[p2]  # the components in the spec's order
-                    if epi == EPI_D_STACK:
+                    if epi == EPI_D_ONE:
+                        _stv(out, orow + j, a0, n, L)
+                    elif epi == EPI_D_STACK:
                         _stv(out, orow + j, a0, n, L)
                         _stv(out, orow + oK + j, a1, n, L)
                         _stv(out, orow + 2 * oK + j, a2, n, L)
