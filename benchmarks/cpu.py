@@ -6,7 +6,8 @@ Sections (``--only``):
   b        selective_blur forward + backward, (64, 64, 64, 64)
   a2       Sobel gradient magnitude of one 4096x4096 image
   c        gaussian_filter(sigma=2) on a (200, 128, 28, 28) batch and a 4096x4096 image
-  v        3-D volumes: Sobel gradient magnitude (2, 1, 128^3) and gaussian_filter sigma=2 (1, 1, 192^3)
+  v        3-D volumes: Sobel gradient magnitude (2, 1, 128^3), gaussian_filter sigma=2 (1, 1, 192^3),
+           a dense 3x3x3 correlate (2, 1, 128^3), selective_blur (2, 1, 128^3)
   d        time per element from 1e4 to 4e8 elements, and call latency at (1, 1, 28, 28)
   lap      laplace and uniform_filter(size=5) on (64, 64, 64, 64); gaussian_laplace(sigma=2) on 4096x4096
   rank     maximum_filter(size=15) on 4096x4096; median_filter(size=3, 5) on (64, 3, 256, 256)

@@ -2,20 +2,20 @@
 kernel, Kornia's ``filter3d``), and dense 2-D stencils whose axes have different modes.
 
 **Runs here**: a spec of one dense stencil (epilogue ``stack``) over 2 or 3 axes, every mode per
-axis, any ``cval``; float32 and float64 (16-bit inputs are computed in float32).  The backward
-runs on the reference engine.
+axis, any finite ``cval``; float32 and float64 (16-bit inputs are computed in float32); forward
+and backward (:func:`dense_adjoint`: the same kernel).
 
 **Order.**  Each output sums its taps one after another from ``+0.0``, in the footprint's C
 order (the first axis slowest), products rounded and no fused multiply-add -- SciPy's
 ``NI_Correlate``, and the 2-D dense kernels' order: float64 results are SciPy's bits.  Zero
 taps are outside the footprint (a NaN under one does not propagate), as in SciPy.
 
-**Streaming.**  A work item is ``(volume, plane, block of BY rows)``.  Per output row an
-accumulator row (in the first-level cache) takes, for each ``(kz, ky)`` of the footprint, the
-input row at the folded plane and row, extended along ``x`` by its mode into a padded row (the
-interior copied by vectors, the few halo samples through the host's fold table; ``constant``:
-``cval``), and then one vector multiply and add per ``kx`` tap.  The fold tables are built on
-the host (``separable._fold1``), once per plan.
+**Streaming.**  A work item is ``(volume, plane, block of BY rows)``.  Per output row the
+input rows of its ``(kz, ky)`` taps, at the folded plane and row, are extended along ``x`` by
+its mode into padded rows (the interior copied by vectors, the few halo samples through the
+host's fold table; ``constant``: ``cval``); then each output vector sums its taps in registers,
+four vectors at a time (independent chains of sums).  The fold tables are built on the host
+(``separable._fold1``), once per plan.
 """
 
 from __future__ import annotations
