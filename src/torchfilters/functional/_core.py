@@ -348,6 +348,10 @@ def _nested_floats(obj, depth: int, name: str):
     return tuple(_nested_floats(o, depth - 1, name) for o in obj)
 
 
+#: what a kernel's number of dimensions is: one per filtered axis
+_AXES_HINT = " (one dimension per filtered axis: axes= chooses them)"
+
+
 def weights_tuple(weights, ndim: int, name: str = "weights"):
     """Validate filter weights; return nested tuples of floats (``ndim`` levels)."""
     if isinstance(weights, Tensor):
@@ -360,7 +364,7 @@ def weights_tuple(weights, ndim: int, name: str = "weights"):
         if weights.dtype == torch.bool or weights.dtype.is_complex:
             raise TypeError(f"{name} must be real; got dtype {weights.dtype}")
         if weights.dim() != ndim:
-            raise ValueError(f"{name} must be {ndim}-D; got shape {tuple(weights.shape)}")
+            raise ValueError(f"{name} must be {ndim}-D{_AXES_HINT}; got shape {tuple(weights.shape)}")
         weights = weights.detach().to("cpu", torch.float64).tolist()
     elif hasattr(weights, "__array__") and not isinstance(weights, (list, tuple)):
         weights = weights.__array__().tolist()  # NumPy arrays and friends
@@ -371,7 +375,7 @@ def weights_tuple(weights, ndim: int, name: str = "weights"):
     try:
         w = _nested_floats(weights, ndim, name)
     except ValueError:
-        raise ValueError(f"{name} must be {ndim}-D; got {weights!r:.80}") from None
+        raise ValueError(f"{name} must be {ndim}-D{_AXES_HINT}; got {weights!r:.80}") from None
 
     def check(t, depth):
         if len(t) == 0:
