@@ -39,6 +39,7 @@ pytest.importorskip("triton")
 
 from conftest import (  # noqa: E402
     BASE_MODES,
+    FULL_GRID,
     assert_angles_close,
     cases,
     examples,
@@ -542,9 +543,11 @@ def test_volumes_and_per_axis_modes_run_as_chains_of_plane_launches(T):
         assert T.LAUNCHES["chain"] > before and sum(T.FALLBACKS.values()) == fell, dict(T.FALLBACKS)
         return y
 
-    for mode in BASE_MODES + (("wrap", "reflect", "constant"),):
+    for i, mode in enumerate(BASE_MODES + (("wrap", "reflect", "constant"),)):
         y = chained(lambda: tf.gaussian_filter(x, (0.8, 0.5, 0.6), axes=ax, mode=mode, cval=0.5, backend="triton"))
         assert np.array_equal(y.numpy(), per_volume(lambda v: ndi.gaussian_filter(v, (0.8, 0.5, 0.6), mode=mode, cval=0.5))), mode
+        if not FULL_GRID and i % 2:
+            continue  # (make test: uniform_filter in every other mode)
         y = chained(lambda: tf.uniform_filter(x, (2, 3, 4), origin=(0, 1, -1), axes=ax, mode=mode, backend="triton"))
         # (SciPy's running sums are not a sum of taps: an ulp or two apart)
         want = per_volume(lambda v: ndi.uniform_filter(v, (2, 3, 4), origin=(0, 1, -1), mode=mode))

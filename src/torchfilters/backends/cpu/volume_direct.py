@@ -173,6 +173,12 @@ def _pads(T, W, xe, zs, L):
     T[L + W] = T[L + f1] if f1 >= 0 else zs
 
 
+@njit(inline="always", **_JIT)
+def _last(T, j, n, L, t0, t1, tf):
+    """The last smoothing pass along x of a padded row ``T`` (its data at offset ``L``)."""
+    return _sym(_ldv(T, L - 1 + j, n, L), _ldv(T, L + j, n, L), _ldv(T, L + 1 + j, n, L), t0, t1, tf)
+
+
 @njit(**_JIT)
 def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     """Work items ``it0 .. it1`` (module docstring): source ``sa``, output ``oa``, the gradient
@@ -217,6 +223,10 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     out = _ptr(oa, fz)
     gp = _ptr(ga, fz)
     ra = np.empty(3 * NR, np.int64)  # ring of 3 planes: the addresses of rows y0-1 .. y1
+    # the passes a component needs (one component: its own alone)
+    need_x = epi != EPI_D_ONE or p0 == 2
+    need_y = epi != EPI_D_ONE or p0 == 1
+    need_z = epi != EPI_D_ONE or p0 == 0
     per = nyb * nzc
     for it in range(it0, it1):
         v = it // per
@@ -236,10 +246,10 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
                 yy = yf[y0 + q]
                 ra[sl * NR + q] = za if zz < 0 or yy < 0 else sa + (sb + zz * sD + yy * sH) * isz
             R = sl * NR
-            for q in range(ny + 2):  # dx of the rows y0-1 .. y1 of plane zi
+            for q in range(ny + 2 if need_x else 0):  # dx of the rows y0-1 .. y1 of plane zi
                 _dx_row(_ptr(ba + (oDX + (sl * NR + q) * RQ) * isz, fz), _ptr(ra[R + q], fz), W, w0, wl, af,
                         w0s, wls, zs, xe, L)
-            for q in range(ny):  # dy of the rows y0 .. y1-1 of plane zi
+            for q in range(ny if need_y else 0):  # dy of the rows y0 .. y1-1 of plane zi
                 _pass3(_ptr(ba + (oB + (sl * by + q) * RQ) * isz, fz), _ptr(ra[R + q], fz), _ptr(ra[R + q + 1], fz),
                        _ptr(ra[R + q + 2], fz), w0, wl, af, True, W, L)
             if zi < z0 + 1:
@@ -248,22 +258,26 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
             sm = (sl + 1) % 3  # the ring slots of planes z-1, z, z+1
             sc = (sl + 2) % 3
             for q in range(ny + 2):  # sz(dx), and dz, of the rows y0-1 .. y1
-                _pass3(_ptr(ba + (oE + q * RQ) * isz, fz), _ptr(ba + (oDX + (sm * NR + q) * RQ) * isz, fz),
-                       _ptr(ba + (oDX + (sc * NR + q) * RQ) * isz, fz), _ptr(ba + (oDX + (sl * NR + q) * RQ) * isz, fz),
-                       s0, s1, sf, False, W, L)
-                _pass3(_ptr(ba + (oZ + q * RQ) * isz, fz), _ptr(ra[sm * NR + q], fz), _ptr(ra[sc * NR + q], fz),
-                       _ptr(ra[sl * NR + q], fz), w0, wl, af, True, W, L)
+                if need_x:
+                    _pass3(_ptr(ba + (oE + q * RQ) * isz, fz), _ptr(ba + (oDX + (sm * NR + q) * RQ) * isz, fz),
+                           _ptr(ba + (oDX + (sc * NR + q) * RQ) * isz, fz),
+                           _ptr(ba + (oDX + (sl * NR + q) * RQ) * isz, fz), s0, s1, sf, False, W, L)
+                if need_z:
+                    _pass3(_ptr(ba + (oZ + q * RQ) * isz, fz), _ptr(ra[sm * NR + q], fz), _ptr(ra[sc * NR + q], fz),
+                           _ptr(ra[sl * NR + q], fz), w0, wl, af, True, W, L)
             for q in range(ny):
                 T1 = _ptr(ba + oT * isz, fz)
                 T2 = _ptr(ba + (oT + RP) * isz, fz)
-                _pass3(_ptr(ba + (oT + L) * isz, fz), _ptr(ba + (oB + (sm * by + q) * RQ) * isz, fz),
-                       _ptr(ba + (oB + (sc * by + q) * RQ) * isz, fz), _ptr(ba + (oB + (sl * by + q) * RQ) * isz, fz),
-                       s0, s1, sf, False, W, L)
-                _pass3(_ptr(ba + (oT + RP + L) * isz, fz), _ptr(ba + (oZ + q * RQ) * isz, fz),
-                       _ptr(ba + (oZ + (q + 1) * RQ) * isz, fz), _ptr(ba + (oZ + (q + 2) * RQ) * isz, fz),
-                       s0, s1, sf, False, W, L)
-                _pads(T1, W, xe, zs, L)
-                _pads(T2, W, xe, zs, L)
+                if need_y:
+                    _pass3(_ptr(ba + (oT + L) * isz, fz), _ptr(ba + (oB + (sm * by + q) * RQ) * isz, fz),
+                           _ptr(ba + (oB + (sc * by + q) * RQ) * isz, fz),
+                           _ptr(ba + (oB + (sl * by + q) * RQ) * isz, fz), s0, s1, sf, False, W, L)
+                    _pads(T1, W, xe, zs, L)
+                if need_z:
+                    _pass3(_ptr(ba + (oT + RP + L) * isz, fz), _ptr(ba + (oZ + q * RQ) * isz, fz),
+                           _ptr(ba + (oZ + (q + 1) * RQ) * isz, fz), _ptr(ba + (oZ + (q + 2) * RQ) * isz, fz),
+                           s0, s1, sf, False, W, L)
+                    _pads(T2, W, xe, zs, L)
                 E0 = _ptr(ba + (oE + q * RQ) * isz, fz)
                 E1 = _ptr(ba + (oE + (q + 1) * RQ) * isz, fz)
                 E2 = _ptr(ba + (oE + (q + 2) * RQ) * isz, fz)
@@ -272,14 +286,20 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
                 j = 0
                 while j < W:
                     n = min(L, W - j)
+                    if epi == EPI_D_ONE:  # the one component's last pass alone
+                        if p0 == 2:
+                            a0 = _sym(_ldv(E0, j, n, L), _ldv(E1, j, n, L), _ldv(E2, j, n, L), t0, t1, tf)
+                        else:
+                            a0 = _last(T1 if p0 == 1 else T2, j, n, L, t0, t1, tf)
+                        _stv(out, orow + j, a0, n, L)
+                        j += L
+                        continue
                     gx = _sym(_ldv(E0, j, n, L), _ldv(E1, j, n, L), _ldv(E2, j, n, L), t0, t1, tf)
-                    gy = _sym(_ldv(T1, L - 1 + j, n, L), _ldv(T1, L + j, n, L), _ldv(T1, L + 1 + j, n, L), t0, t1, tf)
-                    gz = _sym(_ldv(T2, L - 1 + j, n, L), _ldv(T2, L + j, n, L), _ldv(T2, L + 1 + j, n, L), t0, t1, tf)
+                    gy = _last(T1, j, n, L, t0, t1, tf)
+                    gz = _last(T2, j, n, L, t0, t1, tf)
                     g3 = (gz, gy, gx)
                     a0, a1, a2 = g3[p0], g3[p1], g3[p2]  # the components in the spec's order
-                    if epi == EPI_D_ONE:
-                        _stv(out, orow + j, a0, n, L)
-                    elif epi == EPI_D_STACK:
+                    if epi == EPI_D_STACK:
                         _stv(out, orow + j, a0, n, L)
                         _stv(out, orow + oK + j, a1, n, L)
                         _stv(out, orow + 2 * oK + j, a2, n, L)
