@@ -18,8 +18,8 @@ passes with the rest ``(1 - w) g`` added in their epilogue.  *normalized* forwar
 blur writing ``[use ? g / den : 0, use ? 0 : g]``, the transposed blur adding the rest.
 ``keep_border`` is a box the selection holds in.  (Temporaries come from the output cache.)
 
-**Falls back to** ``reference``: several dense stencils, the ``direction`` epilogue, two passes along one axis, non-finite taps, ``constant`` mode with a
-non-finite ``cval``, empty tensors.
+**Falls back to** ``reference``: several dense stencils, the ``direction`` epilogue, two passes
+along one axis, non-finite taps, ``constant`` mode with a non-finite ``cval``, empty tensors.
 
 **Dense stencils** (``volume_dense``): one dense stencil of 2 or 3 axes (``correlate`` with a
 3-D kernel; 2-D with per-axis modes), each output's taps summed in SciPy's order; the backward
@@ -52,6 +52,7 @@ from .buffers import _alloc
 from .plan import _small
 from .threads import _launch, _threads
 from .volume_dense import DensePlan, _k_dense3, dense, dense_adjoint
+from .volume_dense import takes as dense_takes
 from .volume_direct import DirectPlan, _k_grad3, direct
 from .volume_kernels import _k_gsel, _k_vol
 from .volume_plan import EPI_ADDREST, EPI_BLEND, EPI_GDIV, EPI_NORM, EPI_NORMT, plan, supported
@@ -147,7 +148,7 @@ def filter_forward(x, spec: FilterSpec, out=None):
         return reference.filter_forward(x, spec, out)
     spec = lower(spec, x.shape)
     sep = supported(spec)
-    if not sep and dense(spec, _vol(x, spec.ndim).shape[-3:], 1) is None:
+    if not sep and not dense_takes(spec):
         return reference.filter_forward(x, spec, out)
     cd = _cd(x.dtype)
     nd = spec.ndim
@@ -170,7 +171,7 @@ def filter_backward(grad, x, spec: FilterSpec, out=None):
         return reference.filter_backward(grad, x, spec, out)
     spec = lower(spec, x.shape)
     if not supported(spec):
-        if dense(spec, _vol(x, spec.ndim).shape[-3:], 1) is not None:
+        if dense_takes(spec):
             return _dense_backward(grad, x, spec, out)
         return reference.filter_backward(grad, x, spec, out)
     cd = _cd(x.dtype)

@@ -34,15 +34,16 @@ from .simd import _vadd, _vld, _vmul, _vsplat, _vst
 from .volume_kernels import R_OUT, R_SRC, _voff
 from .volume_plan import modes3
 
-__all__ = ["DensePlan", "dense", "dense_adjoint", "_k_dense3"]
+__all__ = ["DensePlan", "takes", "dense", "dense_adjoint", "_k_dense3"]
 
 #: rows of a work item's block
 BY = 4
 # M (int64): D, H, W (the output's), kd, kh, kw, blocks per plane, the padded row's interior
 # start and end and its source start, the accumulator's length, the output row's offset in it,
-# the number of folded-back accumulator samples, the most padded rows an output row reads; then the offsets (in M) of the tables: the read
-# folds of z, y, x, the preimages of each output plane (CSR: starts, then virtual planes), of
-# each output row (the same), and the accumulator samples folded back (pairs: from, to)
+# the number of folded-back accumulator samples, the most padded rows an output row reads; then
+# the offsets (in M) of the tables: the read folds of z, y, x, the preimages of each output plane
+# (CSR: starts, then virtual planes), of each output row (the same), and the accumulator samples
+# folded back (pairs: from, to)
 M_HEAD = 14
 M_FOLDS = M_HEAD + 8
 
@@ -54,25 +55,27 @@ class DensePlan(NamedTuple):
     nitems: int
 
 
-def _usable(spec):
+def takes(spec) -> bool:
+    """Whether this kernel runs ``spec`` (lowered), forward and backward: one dense stencil of
+    2 or 3 axes (epilogue ``stack``) with finite taps, and a finite ``cval`` if ``constant`` mode
+    reads it.  No plan is built (:func:`dense` builds one per size)."""
     if not isinstance(spec, FilterSpec) or spec.epilogue != "stack" or len(spec.stencils) != 1:
         return False
-    return spec.stencils[0].kind == "dense" and spec.ndim in (2, 3)
+    if spec.stencils[0].kind != "dense" or spec.ndim not in (2, 3):
+        return False
+    if not np.isfinite(_taps3(spec)[0]).all():
+        return False
+    return math.isfinite(spec.cval) or "constant" not in modes3(spec)
 
 
 def dense(spec, sizes, nv):
-    """The forward plan of ``spec`` on ``nv`` volumes of ``sizes = (D, H, W)``, or None where
-    the spec is not one dense stencil (or has non-finite taps, or a non-finite ``cval`` that
-    ``constant`` mode would read)."""
-    if not _usable(spec):
-        return None
+    """The forward plan of ``spec`` (one :func:`takes` accepts) on ``nv`` volumes of
+    ``sizes = (D, H, W)``."""
     return _dense(spec, math.copysign(1.0, spec.cval), tuple(sizes), nv, False)
 
 
 def dense_adjoint(spec, sizes, nv):
     """The plan of ``A^T g`` for :func:`dense`'s ``spec`` (same arguments; ``sizes`` of ``x``)."""
-    if not _usable(spec):
-        return None
     return _dense(spec, math.copysign(1.0, spec.cval), tuple(sizes), nv, True)
 
 
@@ -94,11 +97,7 @@ def _dense(spec, sign, sizes, nv, adjoint):
     positions ``p`` of ``gp`` that the forward's padding copies from ``j`` (``fold(p + lo) == j``:
     ``reference._unpad``) -- along ``z`` and ``y`` as lists of rows, along ``x`` in the row."""
     taps, lo = _taps3(spec)
-    if taps.ndim != 3 or not np.isfinite(taps).all():
-        return None
     modes = modes3(spec)
-    if not adjoint and "constant" in modes and not math.isfinite(spec.cval):
-        return None
     k = taps.shape
     reads, pre, xpairs = [], [], []
     for a in range(3):

@@ -65,9 +65,8 @@ def _slices(st, mode, ndim):
     sub_mode = rest[0] if len(set(rest)) == 1 else rest
     out = []
     for t, taps in enumerate(st.taps):
-        sub = Stencil("dense", lo=tuple(st.lo[1:]), taps=taps)
-        if any(w != 0.0 for _, w in _ref._dense_terms(taps, _spec.dense_shape(taps))):
-            out.append((t, sub, sub_mode))
+        if any(True for _ in _ref._dense_terms(taps, _spec.dense_shape(taps))):  # (non-zero taps)
+            out.append((t, Stencil("dense", lo=tuple(st.lo[1:]), taps=taps), sub_mode))
     return m0, st.lo[0], out
 
 
@@ -130,21 +129,17 @@ def _spec2(depth, mode, cval, passes):
     return FilterSpec(mode=mode, cval=cval, epilogue="stack", stencils=(Stencil("sep", ps),), ndim=2)
 
 
-def _view(t, depth):
+def _view(t, depth, copy=True):
     """``t`` (``(..., D, H, W)``) as the planes a launch filters: ``(..., D, H * W)`` for a depth
-    pass (a view where ``H`` and ``W`` collapse, else a contiguous copy), else ``t``."""
+    pass, else ``t``; where ``H`` and ``W`` do not collapse, a contiguous copy (``copy``: an
+    input) or None (an output, which must be written in place)."""
     if not depth:
         return t
-    return t.reshape(t.shape[:-2] + (t.shape[-2] * t.shape[-1],))
-
-
-def _planes_of(dst, depth):
-    """``dst`` as the planes a launch writes, or None where a depth view of it does not exist
-    (its ``H`` and ``W`` do not collapse)."""
-    if not depth:
-        return dst
+    shape = t.shape[:-2] + (t.shape[-2] * t.shape[-1],)
+    if copy:
+        return t.reshape(shape)
     try:
-        return dst.view(dst.shape[:-2] + (dst.shape[-2] * dst.shape[-1],))
+        return t.view(shape)
     except RuntimeError:
         return None
 
@@ -157,7 +152,7 @@ def _chain(t, st, mode, cval, ndim, out=None):
         return t.clone() if out is None else out.copy_(t)
     for i, (depth, m, passes) in enumerate(groups):
         dst = out if i == len(groups) - 1 else None
-        dv = None if dst is None else _planes_of(dst, depth)
+        dv = None if dst is None else _view(dst, depth, copy=False)
         y = _filter_forward_planes(_view(t, depth), _spec2(depth, m, cval, passes), dv)
         LAUNCHES["chain"] += 1
         if dst is None:
@@ -187,6 +182,13 @@ def _adjoint(g, st, mode, ndim):
     return g
 
 
+def _result(y, x, out):
+    """``y`` (compute dtype) in ``x``'s dtype, or written into ``out``."""
+    if out is None:
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+    return out.copy_(y)
+
+
 def filter_forward(x, spec, out=None):
     """``spec`` on ``x`` as chains of plane launches, or None where it does not run here."""
     spec = lower(spec, x.shape)
@@ -204,9 +206,7 @@ def filter_forward(x, spec, out=None):
             return out
     else:
         y = _ref.filter_compute(xs, spec, apply=_apply)
-    if out is None:
-        return y if y.dtype == x.dtype else y.to(x.dtype)
-    return out.copy_(y)
+    return _result(y, x, out)
 
 
 def filter_backward(grad, x, spec, out=None):
@@ -220,9 +220,7 @@ def filter_backward(grad, x, spec, out=None):
     cd = compute_dtype(x.dtype)
     g = grad.expand(spec.out_shape(x.shape)).to(cd)
     gx = _ref.filter_vjp(g, x.to(cd), spec, apply=_apply, adjoint=_adjoint)
-    if out is None:
-        return gx if gx.dtype == x.dtype else gx.to(x.dtype)
-    return out.copy_(gx)
+    return _result(gx, x, out)
 
 
 def blur_forward(x, mask, spec, threshold, out=None):
@@ -235,9 +233,7 @@ def blur_forward(x, mask, spec, threshold, out=None):
         return x.new_zeros(x.shape) if out is None else out
     m = _ref._selected(x, mask, threshold)  # (the threshold compared in x's dtype)
     y = _ref.blur_compute(x.to(compute_dtype(x.dtype)), m, spec, threshold, apply=_apply)
-    if out is None:
-        return y if y.dtype == x.dtype else y.to(x.dtype)
-    return out.copy_(y)
+    return _result(y, x, out)
 
 
 def blur_backward(grad, x, mask, spec, threshold, out=None):
@@ -250,6 +246,4 @@ def blur_backward(grad, x, mask, spec, threshold, out=None):
     cd = compute_dtype(x.dtype)
     m = _ref._selected(x, mask, threshold)
     gx = _ref.blur_vjp(grad.expand(x.shape).to(cd), x.to(cd), m, spec, threshold, apply=_apply, adjoint=_adjoint)
-    if out is None:
-        return gx if gx.dtype == x.dtype else gx.to(x.dtype)
-    return out.copy_(gx)
+    return _result(gx, x, out)
