@@ -456,7 +456,9 @@ defaults, the same dtype rules (the result has the input's dtype, or ``output``'
 results are truncated as SciPy truncates them, after every pass of a multi-pass filter) and
 the same exception types for bad arguments; SciPy's documentation of ``{name}`` describes each
 argument.  ``input`` is anything ``numpy.asarray`` accepts (one to three filtered axes run on
-the fused kernels); the result is a NumPy array, ``output`` when one is given.  Differences
+the fused kernels); the result is a NumPy array, ``output`` when one is given.  A CuPy array
+(any array that dispatches NumPy's API and exports DLPack) is filtered on its device and the
+result is an array of its library.  Differences
 from SciPy (float16, NaN in windows, the last bit of some sums): the module docstring.
 
 Example (SciPy's values, to floating-point rounding)::
@@ -469,8 +471,8 @@ Example (SciPy's values, to floating-point rounding)::
 
 _dask_doc = """``torchfilters.ndimage.{name}`` on a dask array, lazily.
 
-``image`` is a ``dask.array.Array``; the other arguments are ``scipy.ndimage.{name}``'s
-(without ``output``).  Returns a lazy dask array of the result's dtype, bit-identical to
+``image`` is a ``dask.array.Array`` (of NumPy chunks, or CuPy chunks filtered on their GPU);
+the other arguments are ``scipy.ndimage.{name}``'s (without ``output``).  Returns a lazy dask array of the result's dtype, bit-identical to
 ``torchfilters.ndimage.{name}`` on the computed array for every chunking: each chunk is
 filtered with an overlap of the filter's exact reach (the module docstring); chunks thinner
 than that are merged first, with a :class:`ChunksTooSmallWarning`.  Bad arguments raise what

@@ -14,11 +14,13 @@ input it would see in one in-memory call:
   engine computes a value the same way wherever it falls in the block it computes).
 
 NumPy chunks run on the fused CPU kernels, which release the GIL: the threaded scheduler and
-``dask.distributed`` workers scale.  Needs the ``dask`` extra (``pip install
+``dask.distributed`` workers scale.  CuPy chunks (``da.from_array(cupy_array, asarray=False)``)
+stay CuPy arrays: each crosses to torch by DLPack and runs on the GPU's engine (Triton), and the
+result's chunks (and its ``_meta``) are CuPy arrays.  Needs the ``dask`` extra (``pip install
 'torchfilters[dask]'``).
 
     >>> import dask.array as da, numpy as np, torchfilters.dask as tfd, torchfilters.ndimage as tfn
-    >>> x = da.from_array(np.random.default_rng(0).random((64, 48)), chunks=(20, 16))
+    >>> x = da.from_array(np.random.default_rng(0).random((64, 48)), chunks=(16, 16))
     >>> y = tfd.gaussian_filter(x, 2.0)
     >>> bool(np.array_equal(y.compute(), tfn.gaussian_filter(x.compute(), 2.0)))
     True
@@ -36,6 +38,7 @@ from . import ndimage as _nd
 
 try:
     import dask.array as _da
+    from dask.array.utils import meta_from_array as _meta_from_array
 except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError("torchfilters.dask needs dask: pip install 'torchfilters[dask]'") from e
 
@@ -110,10 +113,11 @@ def _overlap(image, reach, modes, fn, dtype=None):
             if len(c) > 1 and c[-1] < depth[a]:
                 c[-2:] = [c[-2] + c[-1]]
                 image = image.rechunk({a: tuple(c)})
+    dtype = np.dtype(dtype or image.dtype)
+    meta = _meta_from_array(image, ndim=image.ndim, dtype=dtype)  # a CuPy array's chunks stay CuPy's
     if all(d == 0 for d in depth.values()):
-        return image.map_blocks(fn, dtype=dtype or image.dtype)
-    return image.map_overlap(fn, depth=depth, boundary=boundary, dtype=dtype or image.dtype,
-                             meta=np.empty((0,) * image.ndim, dtype or image.dtype))
+        return image.map_blocks(fn, dtype=dtype, meta=meta)
+    return image.map_overlap(fn, depth=depth, boundary=boundary, dtype=dtype, meta=meta)
 
 
 def _reach1d(k, origin):

@@ -21,6 +21,12 @@ results, and more than three axes, run SciPy's sequence of passes, each a fused 
 Every value is computed in float64, except float32 in and out (float32 arithmetic, as the
 torch API does: equal to SciPy's float64-then-round to a few float32 ulps).
 
+**GPU arrays.**  An array of another library that dispatches NumPy's API and exports DLPack --
+a CuPy array -- stays in its library and on its device: it crosses to torch by DLPack without a
+copy, the filter runs on the tensor's device (a CUDA tensor on the Triton engine), and the result
+is an array of the input's library (:mod:`torchfilters._arrays`).  ``output=`` may be one such
+array; weights and footprints are copied to the host, as SciPy reads them.
+
 Rank filters (``median_filter``, ``rank_filter``, ...) are exact selections for every dtype SciPy
 takes (64-bit integers beyond 2**53 are filtered as their ranks).  Where a window holds NaN,
 SciPy's result depends on which of its algorithms runs; these follow ``numpy.sort``'s order (NaN
@@ -40,7 +46,7 @@ import warnings
 import numpy as np
 import torch
 
-from . import _docs
+from . import _arrays, _docs
 from . import functional as F
 from . import kernels
 from ._validate import canonical_mode
@@ -122,7 +128,7 @@ def _invalid_origin(origin, lenw):
 
 
 def _input(input):
-    a = np.asarray(input)
+    a = _arrays.as_array(input)
     if a.dtype.char not in _SUPPORTED:
         raise RuntimeError("array type not supported")
     return a
@@ -132,22 +138,22 @@ def _get_output(output, input, shape=None, complex_output=False):
     shape = input.shape if shape is None else shape
     if output is None:
         dt = np.promote_types(input.dtype, np.complex64) if complex_output else input.dtype
-        out = np.zeros(shape, dtype=dt)
+        out = _arrays.zeros(shape, dt, input)
     elif isinstance(output, (type, np.dtype)):
         dt = np.dtype(output)
         if complex_output and dt.kind != "c":
             warnings.warn("promoting specified output dtype to complex", stacklevel=3)
             dt = np.promote_types(dt, np.complex64)
-        out = np.zeros(shape, dtype=dt)
+        out = _arrays.zeros(shape, dt, input)
     elif isinstance(output, str):
         dt = np.dtype(output)
         if complex_output and dt.kind != "c":
             raise RuntimeError("output must have complex dtype")
         if not issubclass(dt.type, np.number):
             raise RuntimeError("output must have numeric dtype")
-        out = np.zeros(shape, dtype=dt)
+        out = _arrays.zeros(shape, dt, input)
     else:
-        out = np.asarray(output)
+        out = _arrays.as_array(output)
         if out.shape != tuple(shape):
             raise RuntimeError("output shape not correct")
         if complex_output and out.dtype.kind != "c":
@@ -186,18 +192,14 @@ def _fast32(a, out):
 
 
 def _tensor(a, fast32: bool) -> torch.Tensor:
-    """``a`` as a torch tensor in the compute dtype (float32 when ``fast32``, else float64),
-    without a copy where the layout and dtype allow."""
-    want = np.float32 if fast32 else np.float64
-    if a.dtype != want or not a.dtype.isnative or any(s < 0 for s in a.strides):
-        a = np.ascontiguousarray(a, dtype=want)
-    return torch.from_numpy(a)
+    """``a`` as a torch tensor in the compute dtype (float32 when ``fast32``, else float64) on
+    ``a``'s device, without a copy where the layout and dtype allow."""
+    return _arrays.to_torch(a, np.float32 if fast32 else np.float64)
 
 
-def _store(out, y: torch.Tensor):
-    """Write ``y`` into ``out`` with SciPy's cast (C's: toward zero; a bool output is the
-    truncated value's truth, so 0.9 is False)."""
-    v = y.numpy()
+def _store(out, v):
+    """Write the array ``v`` into ``out`` with SciPy's cast (C's: toward zero; a bool output is
+    the truncated value's truth, so 0.9 is False)."""
     if out.dtype == np.bool_:
         v = np.trunc(v) != 0
     np.copyto(out, v, casting="unsafe")
@@ -212,10 +214,10 @@ def _fresh(output) -> bool:
 
 def _run(out, fn, a, fast32, fresh=False):
     y = fn(_tensor(a, fast32))
-    if fresh and y.numpy().dtype == out.dtype and y.is_contiguous():
-        return y.numpy()  # the zero-filled ``out`` was never touched: nothing to copy
-    _store(out, y)
-    return out
+    v = _arrays.from_torch(y, out)
+    if fresh and v.dtype == out.dtype and y.is_contiguous():
+        return v  # the zero-filled ``out`` was never touched: nothing to copy
+    return _store(out, v)
 
 
 def _complex_via_real_components(func, input, weights, output, cval, **kwargs):
@@ -256,7 +258,7 @@ def _check_origin_type(origin):
 def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
     """``scipy.ndimage.correlate1d``: one-dimensional correlation along ``axis``."""
     input = _input(input)
-    weights = np.asarray(weights)
+    weights = _arrays.host(weights)
     if input.dtype.kind == "c" or weights.dtype.kind == "c":
         if weights.dtype.kind == "c":
             weights = weights.conj().astype(np.complex128, copy=False)
@@ -284,7 +286,7 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
 
 def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, origin=0):
     """``scipy.ndimage.convolve1d``: one-dimensional convolution along ``axis``."""
-    weights = np.asarray(weights)
+    weights = _arrays.host(weights)
     weights = weights[::-1]
     origin = -origin
     if not weights.shape[0] & 1:
@@ -296,7 +298,7 @@ def convolve1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, o
 
 def _correlate_or_convolve(input, weights, output, mode, cval, origin, convolution, axes):
     input = _input(input)
-    weights = np.asarray(weights)
+    weights = _arrays.host(weights)
     if input.dtype.kind == "c" or weights.dtype.kind == "c":
         if weights.dtype.kind == "c" and not convolution:
             weights = weights.conj()  # as np.correlate: conjugate the weights
@@ -410,7 +412,7 @@ def generic_laplace(input, derivative2, output=None, mode="reflect", cval=0.0, e
     """``scipy.ndimage.generic_laplace``: the sum over ``axes`` of ``derivative2`` along each."""
     if extra_keywords is None:
         extra_keywords = {}
-    input = np.asarray(input)
+    input = _arrays.as_array(input)
     output = _get_output(output, input)
     axes = _check_axes(axes, input.ndim)
     if len(axes) > 0:
@@ -446,7 +448,7 @@ def generic_gradient_magnitude(input, derivative, output=None, mode="reflect", c
     """``scipy.ndimage.generic_gradient_magnitude``: ``sqrt`` of the sum of squared derivatives."""
     if extra_keywords is None:
         extra_keywords = {}
-    input = np.asarray(input)
+    input = _arrays.as_array(input)
     output = _get_output(output, input)
     axes = _check_axes(axes, input.ndim)
     if len(axes) > 0:
@@ -524,7 +526,7 @@ def _gaussian_derivatives(combine, order, input, sigma, output, mode, cval, axes
     """SciPy's ``gaussian_laplace``/``gaussian_gradient_magnitude``: ``combine`` (the generic
     function) of one ``gaussian_filter`` per axis, ``order`` along it, with ``sigma`` spread on
     the input's axes (0 on the unchosen ones, as SciPy does)."""
-    input = np.asarray(input)
+    input = _arrays.as_array(input)
 
     def derivative(input, axis, output, mode, cval, sigma, **kwargs):
         orders = [0] * input.ndim
@@ -624,7 +626,7 @@ def _order_preserving(a, cval, cast_cval=None):
     if a.dtype in (np.float32, np.float64):  # rounding cval is monotonic: the same selections
         return _tensor(a, a.dtype == np.float32), None, float(np.asarray(cval).astype(a.dtype))
     if a.dtype == np.float16:
-        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)), None, float(np.float16(cval))
+        return _arrays.to_torch(a, np.float32), None, float(np.float16(cval))
     if cast_cval is None and a.dtype.itemsize < 8:
         return _tensor(a, False), None, float(cval)  # compared uncast, as SciPy's double line buffers
     # SciPy's N-D rank and footprint paths cast cval to the input's type, its 1-D rank path to int64
@@ -635,7 +637,7 @@ def _order_preserving(a, cval, cast_cval=None):
         return _tensor(a, False), None, float(cv)
     table, inv = np.unique(np.append(a.ravel(), cv), return_inverse=True)
     ranks = inv.astype(np.float64)
-    return torch.from_numpy(ranks[:-1].reshape(a.shape)), table, float(ranks[-1])
+    return _arrays.to_torch(ranks[:-1].reshape(a.shape), np.float64), table, float(ranks[-1])
 
 
 def _rank_window(input, size, footprint, axes, origin):
@@ -645,7 +647,7 @@ def _rank_window(input, size, footprint, axes, origin):
             raise RuntimeError("no footprint or filter size provided")
         footprint = np.ones(_normalize_sequence(size, len(axes)), dtype=bool)
     else:
-        footprint = np.asarray(footprint, dtype=bool)
+        footprint = _arrays.host(footprint, dtype=bool)
     footprint = _expand_window(footprint, input.ndim, axes, "footprint")
     origins = _expand_origins(origin, input.ndim, axes)
     fshape = [n for n in footprint.shape if n > 0]
@@ -672,17 +674,18 @@ def _rank_run(input, footprint, origins, rank, output, modes, cval, fresh, cast_
     md = tuple(_check_mode(modes[i]) for i in keep)
     t, table, cv = _order_preserving(input, cval, cast_cval)
     y = F.rank_filter(t, rank, footprint=fp, mode=md, cval=cv, origin=[origins[i] for i in keep], axes=tuple(keep))
+    v = _arrays.from_torch(y, output)
     if table is not None:
-        y = torch.from_numpy(table[y.numpy().astype(np.int64)])
-    if fresh and y.numpy().dtype == output.dtype and y.is_contiguous():
-        return y.numpy()
-    return _store(output, y)
+        v = table[v.astype(np.int64)]
+    if fresh and v.dtype == output.dtype and (table is not None or y.is_contiguous()):
+        return v
+    return _store(output, v)
 
 
 def _rank_filter(input, rank, size, footprint, output, mode, cval, origin, operation, axes):
     if size is not None and footprint is not None:
         warnings.warn("ignoring size because footprint is set", UserWarning, stacklevel=3)
-    input = np.asarray(input)
+    input = _arrays.as_array(input)
     if np.iscomplexobj(input):
         raise TypeError("Complex type not supported")
     axes = _check_axes(axes, input.ndim)
@@ -729,7 +732,7 @@ def _rank_filter(input, rank, size, footprint, output, mode, cval, origin, opera
 
 def _get_output_rank(output, input):
     if input.dtype == np.float16 and (output is None or isinstance(output, (type, np.dtype, str))):
-        return np.zeros(input.shape, dtype=np.float16 if output is None else np.dtype(output))
+        return _arrays.zeros(input.shape, np.float16 if output is None else np.dtype(output), input)
     return _get_output(output, input)
 
 
@@ -792,13 +795,13 @@ def _min_or_max_filter(input, size, footprint, output, mode, cval, origin, minim
         if size is None:
             raise RuntimeError("no footprint provided")
     else:
-        footprint = np.asarray(footprint, dtype=bool)
+        footprint = _arrays.host(footprint, dtype=bool)
         if not footprint.any():
             raise ValueError("All-zero footprint is not supported.")
         size = None
         if footprint.all():  # SciPy: a full footprint is its size (separable)
             size, footprint = footprint.shape, None
-    input = np.asarray(input)
+    input = _arrays.as_array(input)
     if np.iscomplexobj(input):
         raise TypeError("Complex type not supported")
     axes = _check_axes(axes, input.ndim)
@@ -832,7 +835,7 @@ def maximum_filter(input, size=None, footprint=None, output=None, mode="reflect"
 
 
 def _min_or_max_1d(input, size, axis, output, mode, cval, origin, minimum):
-    input = np.asarray(input)
+    input = _arrays.as_array(input)
     if np.iscomplexobj(input):
         raise TypeError("Complex type not supported")
     axis = _normalize_axis(axis, input.ndim)

@@ -223,7 +223,7 @@ def gradient_magnitude(
         >>> x = torch.full((1, 1, 5, 5), 0.5, requires_grad=True)
         >>> y = tf.gradient_magnitude(x, operator="sobel")
         >>> y.sum().backward()
-        >>> float(y.abs().max()), float(x.grad.abs().max())
+        >>> float(y.detach().abs().max()), float(x.grad.abs().max())
         (0.0, 0.0)
     """
     return _gradients(input, operator, mode, cval, normalized, "magnitude", axes, out, backend)
