@@ -497,6 +497,15 @@ def test_3x3x3_gradient_runs_fused(T):
         if op == "sobel" and axes == ax and isinstance(mode, str):
             for q in range(3):
                 assert np.array_equal(g[:, q].numpy(), np.stack([ndi.sobel(v, q, mode=mode) for v in x.numpy()]))
+    # a program streams a column of tiles over ZC planes: depths over several (uneven) chunks,
+    # and depths of 1 and 2 (every plane's neighbours folded)
+    V = sys.modules[T.__name__ + ".volume"]
+    for shape in [(1, 2 * V.ZC + 5, 5, 3), (3, 1, 4, V.BX + 3), (1, 2, V.BY + 1, 6)]:
+        xd = torch.from_numpy(np.random.default_rng(5).standard_normal(shape))
+        for mode in ("reflect", "constant", "wrap"):
+            g = tf.gradient(xd, operator="sobel", axes=ax, mode=mode, backend="triton")
+            want = np.stack([np.stack([ndi.sobel(v, a, mode=mode) for a in range(3)]) for v in xd.numpy()])
+            assert np.array_equal(g.numpy(), want), (shape, mode)
     xf = x.float()
     for dt in (torch.float32, torch.bfloat16):
         y = tf.gradient_magnitude(xf.to(dt), operator="sobel", axes=ax, backend="triton")
