@@ -39,6 +39,10 @@ import math
 import os
 import sys
 
+# auto calls on CPU tensors compile in the calling thread here (``backends._tiered``): every test
+# sees the fused engine, and subprocesses inherit it; tests of the background mode set it back
+os.environ.setdefault("TORCHFILTERS_COMPILE", "wait")
+
 import numpy as np
 import pytest
 import scipy.ndimage as ndi

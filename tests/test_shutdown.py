@@ -20,7 +20,11 @@ def _run(code: str, **env):
     return r.returncode, r.stdout, r.stderr
 
 
-def test_a_live_result_is_never_handed_out_again_at_exit():
+COMPILE_MODES = pytest.mark.parametrize("compile_mode", ["wait", "background"])
+
+
+@COMPILE_MODES
+def test_a_live_result_is_never_handed_out_again_at_exit(compile_mode):
     # weakref.finalize runs its callbacks at exit for objects still alive: a finalizer that
     # returned the buffer of a live output to the cache let a later output (here made in an
     # atexit handler registered before torch, so it runs after the finalizers') overwrite it
@@ -39,12 +43,13 @@ def test_a_live_result_is_never_handed_out_again_at_exit():
 
         KEEP = tf.gradient_magnitude(torch.rand(512, 512))
         COPY = KEEP.clone()
-    """, OMP_NUM_THREADS="1")
+    """, OMP_NUM_THREADS="1", TORCHFILTERS_COMPILE=compile_mode)
     assert rc == 0, err
     assert "late ok" in out
 
 
-def test_ops_work_in_atexit_handlers_and_late_threads():
+@COMPILE_MODES
+def test_ops_work_in_atexit_handlers_and_late_threads(compile_mode):
     # after the main thread returns, concurrent.futures refuses new work ("cannot schedule
     # new futures after shutdown"): the calling thread runs the whole call instead
     rc, out, err = _run("""
@@ -67,6 +72,6 @@ def test_ops_work_in_atexit_handlers_and_late_threads():
             check("thread")
 
         threading.Thread(target=late).start()
-    """, OMP_NUM_THREADS="2")
+    """, OMP_NUM_THREADS="2", TORCHFILTERS_COMPILE=compile_mode)
     assert rc == 0, err
     assert "thread ok" in out and "atexit ok" in out, (out, err)

@@ -256,7 +256,10 @@ _backend = """\
 backend: the engine.  ``None`` or ``'auto'`` (default) takes the one the
     ``TORCHFILTERS_BACKEND`` environment variable names, if set, else
     the fastest that runs the tensor: ``'cpu'`` for CPU tensors,
-    ``'triton'`` for CUDA tensors, ``'reference'`` otherwise.
+    ``'triton'`` for CUDA tensors, ``'reference'`` otherwise; on a CPU
+    tensor whose ``'cpu'`` kernel is not compiled yet, ``'reference'``
+    while a background thread compiles it (``TORCHFILTERS_COMPILE=wait``
+    compiles in the call; :func:`torchfilters.backends.synchronize`).
     ``'reference'`` is pure torch on any device (the oracle); ``'cpu'``
     runs fused numba kernels on CPU tensors; ``'triton'`` fused Triton
     kernels on CUDA tensors.  An engine forced here or by

@@ -9,7 +9,9 @@ Engines (each a module with ``filter_forward``, ``filter_backward``,
   ``TRITON_INTERPRET=1``).
 
 ``backend="auto"`` (the default) picks the fastest engine available for the
-tensor.  ``TORCHFILTERS_BACKEND=reference|cpu|triton`` in the environment, or
+tensor; on CPU tensors it never waits for numba to compile or load a kernel
+(``_tiered``: the call runs on the reference engine meanwhile, and
+:func:`synchronize` waits for the background compilation).  ``TORCHFILTERS_BACKEND=reference|cpu|triton`` in the environment, or
 the ``backend=`` keyword of every op, forces one; a forced engine that cannot
 run raises :class:`BackendUnavailableError`.
 """
@@ -21,7 +23,10 @@ import os
 
 import torch
 
-__all__ = ["BACKENDS", "BackendUnavailableError", "resolve", "get"]
+from . import _tiered
+from ._tiered import synchronize
+
+__all__ = ["BACKENDS", "BackendUnavailableError", "resolve", "get", "synchronize"]
 
 BACKENDS = ("auto", "reference", "cpu", "triton")
 
@@ -69,6 +74,8 @@ def resolve(backend: str, device: torch.device, dtype: torch.dtype):
     name = backend if backend != "auto" else _env_backend()
     if name == "auto":
         if device.type == "cpu":
+            if dtype in _tiered.CPU_DTYPES and _tiered.background() and _loaded.get("cpu", True):
+                return _tiered.ENGINE  # the fused engine where its kernels are ready
             order = ("cpu", "reference")
         elif device.type == "cuda":
             order = ("triton", "reference")

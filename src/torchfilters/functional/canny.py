@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .. import _ops_canny
+from .. import _ops_canny, backends
 from .._docs import docfiller
 from .._validate import (
     canonical_mode,
@@ -90,10 +90,10 @@ def _gaussian(x: Tensor, sigma, gkw) -> Tensor:
 
 
 def _empty(shape, dtype):
-    try:
-        from ..backends.cpu.buffers import _alloc
-    except ImportError:  # no numba
+    if not backends._loaded.get("cpu"):  # no numba, or not loaded yet (an auto call never waits)
         return torch.empty(shape, dtype=dtype)
+    from ..backends.cpu.buffers import _alloc
+
     return _alloc(tuple(shape), dtype)
 
 

@@ -33,9 +33,13 @@ from types import SimpleNamespace
 from .. import reference
 from .._lowering import lower
 from .._planar import adapt
+from numba.core.dispatcher import Dispatcher
+
+from .. import _tiered
 from . import cache
 
 cache.install()  # before the kernel modules: their decorators pick the cache locator
+_tiered.guard_compile(Dispatcher)  # auto calls leave compiling to the background thread
 
 from .adjoint import _K_FILTER_BWD, _k_blur_bwd
 from .buffers import _alloc, empty_cache

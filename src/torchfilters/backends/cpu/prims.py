@@ -22,7 +22,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 
-_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+from .._tiered import CPU_DTYPES as _DTYPES  # (one list: dispatch reads it before numba loads)
 
 # storage carriers: the type of the scalar selects the compiled specialisation
 # (float16 is read as uint16 bits, bfloat16 as int16 bits)

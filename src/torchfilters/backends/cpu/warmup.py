@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 import torch
 
+from .. import _tiered
 from . import cache, direct
 
 #: dtypes the engine runs
@@ -165,10 +166,11 @@ def warmup(dtypes: Iterable[torch.dtype] = (torch.float32,), progress: Optional[
     for dtype in dtypes:
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}; got {dtype}")
-        for label, call in _calls(dtype):
-            if progress is not None:
-                progress(f"{str(dtype).replace('torch.', '')} {label}")
-            call()
-            calls += 1
+        with _tiered.waiting():  # each call compiles its kernels here, not in the background
+            for label, call in _calls(dtype):
+                if progress is not None:
+                    progress(f"{str(dtype).replace('torch.', '')} {label}")
+                call()
+                calls += 1
     after = _counts()
     return WarmupReport(calls, after[0] - before[0], after[1] - before[1], time.perf_counter() - t0, cache.cache_dir())

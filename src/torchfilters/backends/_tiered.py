@@ -1,0 +1,312 @@
+"""Background compilation: with ``backend="auto"``, no call on a CPU tensor waits for numba.
+
+The fused CPU engine's kernels are compiled by numba on first use (1-3 s each) or loaded from its
+disk cache (numba's import and registries, about half a second in a new process).  Under
+``backend="auto"`` (the default) a call on a CPU tensor does neither in the calling thread:
+
+* while the engine is not imported yet, the call runs on the ``reference`` engine (pure torch: the
+  same semantics, within rounding) and one background thread imports numba and the engine;
+* when the engine's kernel for the call is not compiled yet, the engine stops before launching it
+  (:class:`KernelNotReady`), the call runs on the reference engine, and the background thread
+  compiles that kernel, or loads it from the disk cache;
+* every later call whose kernels are ready runs on the fused engine.
+
+So the first call of a process returns in milliseconds, and a new environment never stalls on a
+cold cache; the fused speed arrives within seconds.  ``TORCHFILTERS_COMPILE=wait`` turns this off:
+every call then runs the fused engine, compiling in the calling thread when it must (benchmarks,
+bit-for-bit comparisons between calls), as does ``torch.use_deterministic_algorithms(True)``.
+:func:`synchronize` waits for the background work.  An explicit ``backend="cpu"`` always
+compiles in the calling thread.
+
+The background thread is a single non-daemon thread.  At interpreter exit it finishes the kernel
+in hand (so the disk cache never holds half a kernel) and takes no more; a fork waits for the
+kernel in hand too, so that a child never inherits numba's compiler lock held.  Where no thread
+can be started (an ``atexit`` handler, a thread still running after the main thread returned),
+calls compile in the calling thread, as with ``wait``.
+
+This module imports neither numba nor the engine: it is what a first call touches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import threading
+
+import torch
+
+__all__ = ["COMPILE_MODES", "KernelNotReady", "synchronize"]
+
+#: values of ``TORCHFILTERS_COMPILE``
+COMPILE_MODES = ("background", "wait")
+#: the dtypes of CPU tensors the fused engine runs (its ``available`` reads this too)
+CPU_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class KernelNotReady(Exception):
+    """Raised inside the CPU engine, in a call made through :data:`ENGINE`, where a kernel is not
+    compiled yet: the call runs on the reference engine instead (never seen by users)."""
+
+
+#: set while a call made through ``ENGINE`` runs the fused engine in the calling thread: a kernel
+#: that is not compiled raises ``KernelNotReady`` there (``guard_compile``) instead of compiling
+_FOREGROUND = contextvars.ContextVar("torchfilters_foreground", default=False)
+#: set by :func:`waiting` (``warmup``): compile in the calling thread
+_WAIT = contextvars.ContextVar("torchfilters_wait", default=False)
+
+_cond = threading.Condition()
+_pending: list = []  # jobs: None (import the engine) or (dispatcher, argument types)
+_keys: set = set()  # the pending jobs' keys
+_failed: set = set()  # keys whose background compile raised: the caller compiles (and raises)
+_thread = None
+_stopping = False
+#: held by the worker while it imports or compiles; a fork takes it first (``_before_fork``)
+_busy = threading.Lock()
+
+
+def _mode() -> str:
+    value = os.environ.get("TORCHFILTERS_COMPILE", "background") or "background"
+    if value not in COMPILE_MODES:
+        raise ValueError(
+            f"TORCHFILTERS_COMPILE={value!r} is not a compile mode; use one of {', '.join(map(repr, COMPILE_MODES))}"
+        )
+    return value
+
+
+def background() -> bool:
+    """Do ``auto`` calls on CPU tensors leave compiling to the background thread?"""
+    return _mode() == "background" and not _WAIT.get() and not torch.are_deterministic_algorithms_enabled()
+
+
+@contextlib.contextmanager
+def waiting():
+    """Within this block, ``auto`` calls compile in the calling thread (``TORCHFILTERS_COMPILE=wait``)."""
+    token = _WAIT.set(True)
+    try:
+        yield
+    finally:
+        _WAIT.reset(token)
+
+
+def in_foreground() -> bool:
+    """Is this thread running a call made through :data:`ENGINE` (so it must not compile)?"""
+    return _FOREGROUND.get()
+
+
+def _worker() -> None:
+    from . import get
+
+    global _thread
+    while True:
+        with _cond:
+            while not _pending and not _stopping:
+                _cond.wait()
+            if _stopping:
+                _thread = None
+                _cond.notify_all()
+                return
+            job = _pending[0]
+        key = None
+        with _busy:
+            try:
+                if job is None:
+                    get("cpu")
+                else:
+                    disp, sig = job
+                    key = (id(disp), sig)
+                    disp.compile(sig)
+            except Exception:  # noqa: BLE001 -- the calling thread compiles it and sees the error
+                if key is not None:
+                    _failed.add(key)
+        with _cond:
+            _pending.pop(0)
+            _keys.discard(key)
+            _cond.notify_all()
+
+
+def _stop() -> None:
+    """Interpreter exit (``threading``'s exit hooks run before non-daemon threads are joined):
+    finish the job in hand, take no more."""
+    global _stopping
+    with _cond:
+        _stopping = True
+        _pending[1:] = []
+        _cond.notify_all()
+
+
+_hooked = False
+
+
+def _submit(job, key) -> bool:
+    """Queue a job for the background thread (started on first use); False where none can run
+    (interpreter shutdown, or the job failed there before): the caller does it itself."""
+    global _thread, _hooked
+    with _cond:
+        if _stopping or key in _failed:
+            return False
+        if key not in _keys:
+            if _thread is None:
+                try:
+                    if not _hooked:
+                        threading._register_atexit(_stop)  # (what concurrent.futures uses)
+                        _hooked = True
+                    t = threading.Thread(target=_worker, name="torchfilters-compile", daemon=False)
+                    t.start()
+                except RuntimeError:  # shutting down: no new threads
+                    return False
+                _thread = t
+            _keys.add(key)
+            _pending.append(job)
+            _cond.notify_all()
+    return True
+
+
+def synchronize(timeout: float | None = None) -> bool:
+    """Wait until the CPU engine's background compilation has nothing left to do.
+
+    Under ``backend="auto"`` a call whose fused CPU kernel is not compiled yet runs on the
+    reference engine while a background thread compiles (or loads) the kernel; this waits for
+    that thread, so that the next call runs on the fused engine (benchmarks call it after their
+    warm-up calls).  With nothing queued it returns at once.
+
+    Args:
+        timeout: seconds to wait at most; ``None`` waits as long as it takes.
+
+    Returns:
+        True when nothing is left to compile, False when ``timeout`` passed first.
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> y = tf.gradient_magnitude(torch.rand(2, 16, 16))
+        >>> tf.backends.synchronize()
+        True
+    """
+    with _cond:
+        return _cond.wait_for(lambda: not _pending or _stopping, timeout)
+
+
+# ----------------------------------------------------------------- the engine seen by dispatch
+
+
+def _loaded_cpu():
+    """The CPU engine if it is imported, None while it is not (the worker is then asked to import
+    it), False where it cannot be (no numba)."""
+    from . import _loaded
+
+    if "cpu" in _loaded:
+        return _loaded["cpu"] or False
+    return None
+
+
+class _Tiered:
+    """The engine ``resolve`` returns for ``auto`` calls on CPU tensors: the fused engine where
+    its kernels are ready, else the reference engine (and the kernel compiles in the background)."""
+
+    NAME = "cpu"
+    UNAVAILABLE_HINT = ""
+
+    @staticmethod
+    def available(device: torch.device, dtype: torch.dtype) -> bool:
+        return device.type == "cpu" and dtype in CPU_DTYPES
+
+    @staticmethod
+    def _run(name, ref_module, args, kwargs):
+        from . import get
+
+        cpu = _loaded_cpu()
+        if cpu is None and not _submit(None, None):
+            cpu = get("cpu")  # no background thread: import it here
+        if cpu:
+            fn = getattr(cpu if name != "canny_edges" else _cpu_canny(), name)
+            token = _FOREGROUND.set(True)
+            try:
+                return fn(*args, **kwargs)
+            except KernelNotReady:
+                pass
+            finally:
+                _FOREGROUND.reset(token)
+        return getattr(get(ref_module) if ref_module != "reference_canny" else _ref_canny(), name)(*args, **kwargs)
+
+    def filter_forward(self, *a, **k):
+        return self._run("filter_forward", "reference", a, k)
+
+    def filter_backward(self, *a, **k):
+        return self._run("filter_backward", "reference", a, k)
+
+    def blur_forward(self, *a, **k):
+        return self._run("blur_forward", "reference", a, k)
+
+    def blur_backward(self, *a, **k):
+        return self._run("blur_backward", "reference", a, k)
+
+    def rank_forward(self, *a, **k):
+        return self._run("rank_forward", "reference", a, k)
+
+    def rank_backward(self, *a, **k):
+        return self._run("rank_backward", "reference", a, k)
+
+    def canny_edges(self, *a, **k):
+        return self._run("canny_edges", "reference_canny", a, k)
+
+
+def _cpu_canny():
+    from .cpu import canny
+
+    return canny
+
+
+def _ref_canny():
+    from . import reference_canny
+
+    return reference_canny
+
+
+#: the engine ``resolve`` hands out for ``auto`` calls on CPU tensors in ``background`` mode
+ENGINE = _Tiered()
+
+
+# ------------------------------------------------------------------------- hooks into numba
+
+
+def guard_compile(dispatcher_class) -> None:
+    """Make numba's dispatchers raise :class:`KernelNotReady` instead of compiling while a call
+    made through :data:`ENGINE` runs (``in_foreground``), the compile queued for the background
+    thread.  Outside such calls (every other thread, every other numba function) nothing changes."""
+    original = dispatcher_class._compile_for_args
+    if getattr(original, "_torchfilters_guard", False):
+        return
+
+    def _compile_for_args(self, *args, **kws):
+        if _FOREGROUND.get():
+            sig = tuple(self.typeof_pyval(a) for a in args)
+            if _submit((self, sig), (id(self), sig)):
+                raise KernelNotReady(getattr(self, "__qualname__", repr(self)))
+        return original(self, *args, **kws)
+
+    _compile_for_args._torchfilters_guard = True
+    dispatcher_class._compile_for_args = _compile_for_args
+
+
+def _before_fork() -> None:
+    _busy.acquire()
+
+
+def _after_fork_parent() -> None:
+    _busy.release()
+
+
+def _after_fork_child() -> None:
+    """A child has no background thread: start afresh (its ``_busy`` was taken before the fork)."""
+    global _cond, _busy, _thread, _stopping, _hooked
+    _cond = threading.Condition()
+    _busy = threading.Lock()
+    _pending.clear()
+    _keys.clear()
+    _thread = None
+    _stopping = False
+    _hooked = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_parent, after_in_child=_after_fork_child)

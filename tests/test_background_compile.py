@@ -1,0 +1,163 @@
+"""Background compilation (``backends._tiered``): with ``backend="auto"``, a call on a CPU tensor
+never compiles or loads a numba kernel in the calling thread.
+
+The suite runs with ``TORCHFILTERS_COMPILE=wait`` (``conftest``); the cases here set the default,
+``background``, and most run in a fresh interpreter with an empty kernel cache: what they check
+happens only before the first kernel of a process is ready.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torchfilters as tf
+from torchfilters import backends
+from torchfilters.backends import _tiered
+
+pytest.importorskip("numba")
+
+
+def _run(code: str, tmp_path, timeout=600):
+    env = dict(os.environ, TORCHFILTERS_COMPILE="background", NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
+                       timeout=timeout)
+    assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+    return r.stdout
+
+
+def test_auto_calls_run_on_the_reference_engine_until_the_fused_kernels_are_ready(tmp_path):
+    out = _run("""
+        import threading
+        import torch
+        from numba.core import event  # (imported here only to watch where kernels compile)
+
+        compiled_in = []
+
+        class Watch(event.Listener):
+            def on_start(self, ev):
+                compiled_in.append(threading.current_thread().name)
+
+            def on_end(self, ev):
+                pass
+
+        event.register("numba:compile", Watch())
+
+        import torchfilters as tf
+        from torchfilters.backends import reference
+
+        ran = {"reference": 0}
+        for name in ("filter_forward", "filter_backward", "blur_forward", "blur_backward"):
+            def counted(*a, _f=getattr(reference, name), **k):
+                ran["reference"] += 1
+                return _f(*a, **k)
+            setattr(reference, name, counted)
+
+        x = torch.rand(2, 3, 40, 40, dtype=torch.float64)
+        ops = [lambda t, **k: tf.gradient_magnitude(t, operator="sobel", **k),
+               lambda t, **k: tf.gaussian_filter(t, 1.5, mode="wrap", **k)]
+        first = [op(x) for op in ops]
+        assert ran["reference"] == 2, ran  # nothing was ready: both ran on the reference engine
+
+        def fwd_bwd():
+            xg = x.clone().requires_grad_(True)
+            y = tf.selective_blur(xg, 0.5, sigma=1.0)
+            y.sum().backward()
+            return y.detach(), xg.grad
+
+        y1, g1 = fwd_bwd()
+        # calls from other threads meanwhile: every one returns a right result
+        results = {}
+        threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, ops[i % 2](x))) for i in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+
+        assert tf.backends.synchronize(timeout=600)
+        n = ran["reference"]
+        again = [op(x) for op in ops]
+        y2, g2 = fwd_bwd()
+        assert ran["reference"] == n, ran  # every kernel is ready: the fused engine ran
+        assert compiled_in and set(compiled_in) == {"torchfilters-compile"}, compiled_in
+
+        for a, b in zip(first, again):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        for i, r in results.items():
+            torch.testing.assert_close(r, again[i % 2], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(y1, y2, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(g1, g2, rtol=1e-12, atol=1e-12)
+        # and what the fused engine gives, bit for bit
+        for op, b in zip(ops, again):
+            assert torch.equal(b, op(x, backend="cpu"))
+        print("ok", len(compiled_in))
+    """, tmp_path)
+    assert out.startswith("ok"), out
+
+
+def test_a_fork_while_a_kernel_compiles_leaves_the_child_working(tmp_path):
+    # numba's compiler lock held by the background thread at the fork would hang the child's
+    # first compile: a fork waits for the kernel in hand
+    out = _run("""
+        import multiprocessing as mp
+        import torch
+        import torchfilters as tf
+
+        x = torch.rand(3, 30, 30, dtype=torch.float64)
+        want = tf.gaussian_filter(x, 1.0, backend="reference")
+        tf.gradient_magnitude(x)  # queues the engine's import and a kernel
+
+        def child(q):
+            q.put(bool(torch.allclose(tf.gaussian_filter(x, 1.0), want))
+                  and bool(torch.allclose(tf.gaussian_filter(x, 1.0, backend="cpu"), want)))
+
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        p = ctx.Process(target=child, args=(q,))
+        p.start()
+        ok = q.get(timeout=300)
+        p.join(300)
+        assert ok and p.exitcode == 0, (ok, p.exitcode)
+        print("ok")
+    """, tmp_path)
+    assert "ok" in out
+
+
+def test_exit_while_a_kernel_compiles(tmp_path):
+    # the background thread finishes the kernel in hand and takes no more; nothing is printed
+    # to stderr (no traceback from a thread torn down mid-compile)
+    env = dict(os.environ, TORCHFILTERS_COMPILE="background", NUMBA_CACHE_DIR=str(tmp_path / "c"))
+    code = "import torch, torchfilters as tf; tf.gradient_magnitude(torch.rand(2, 9, 9)); print('done')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0 and r.stdout.strip() == "done", (r.stdout, r.stderr[-3000:])
+    assert "Traceback" not in r.stderr and "Exception" not in r.stderr, r.stderr[-3000:]
+
+
+def test_the_compile_mode_is_checked(monkeypatch):
+    monkeypatch.setenv("TORCHFILTERS_COMPILE", "later")
+    with pytest.raises(ValueError, match="TORCHFILTERS_COMPILE"):
+        tf.gaussian_filter(torch.rand(5, 5), 1.0)
+
+
+def test_which_engine_auto_hands_out(monkeypatch):
+    cpu = backends.get("cpu")
+    monkeypatch.setenv("TORCHFILTERS_COMPILE", "background")
+    assert backends.resolve("auto", torch.device("cpu"), torch.float32) is _tiered.ENGINE
+    assert backends.resolve("cpu", torch.device("cpu"), torch.float32) is cpu  # a forced engine waits
+    with _tiered.waiting():
+        assert backends.resolve("auto", torch.device("cpu"), torch.float32) is cpu
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:  # deterministic algorithms: every call on the same engine
+        assert backends.resolve("auto", torch.device("cpu"), torch.float32) is cpu
+    finally:
+        torch.use_deterministic_algorithms(before)
+    monkeypatch.setenv("TORCHFILTERS_COMPILE", "wait")
+    assert backends.resolve("auto", torch.device("cpu"), torch.float32) is cpu
+    assert set(_tiered.CPU_DTYPES) == {d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+                                       if cpu.available(torch.device("cpu"), d)}
+
+
+def test_synchronize_returns_at_once_with_nothing_queued():
+    assert tf.backends.synchronize(timeout=0) is True
