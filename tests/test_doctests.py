@@ -14,6 +14,7 @@ import torchfilters.functional  # noqa: E402
 
 #: every module of the functional package (a new one is found, not listed), and the others with examples
 MODULES = ["torchfilters", "torchfilters.nn", "torchfilters.backends", "torchfilters.backends._layout",
+           "torchfilters.backends._tiered",
            "torchfilters.ndimage"] + (["torchfilters.dask"] if importlib.util.find_spec("dask") else []) + [
     f"torchfilters.functional.{m.name}" for m in pkgutil.iter_modules(torchfilters.functional.__path__)
     if not m.name.startswith("_")]

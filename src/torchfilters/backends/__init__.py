@@ -24,9 +24,9 @@ import os
 import torch
 
 from . import _tiered
-from ._tiered import synchronize
+from ._tiered import synchronize, waiting
 
-__all__ = ["BACKENDS", "BackendUnavailableError", "resolve", "get", "synchronize"]
+__all__ = ["BACKENDS", "BackendUnavailableError", "resolve", "get", "synchronize", "waiting"]
 
 BACKENDS = ("auto", "reference", "cpu", "triton")
 

@@ -5,7 +5,8 @@ disk cache (numba's import and registries, about half a second in a new process)
 ``backend="auto"`` (the default) a call on a CPU tensor does neither in the calling thread:
 
 * while the engine is not imported yet, the call runs on the ``reference`` engine (pure torch: the
-  same semantics, within rounding) and one background thread imports numba and the engine;
+  same semantics, within rounding) and one background thread imports numba and the engine, then
+  runs the call once more there (its result dropped) so that its kernels compile too;
 * when the engine's kernel for the call is not compiled yet, the engine stops before launching it
   (:class:`KernelNotReady`), the call runs on the reference engine, and the background thread
   compiles that kernel, or loads it from the disk cache;
@@ -36,7 +37,7 @@ import threading
 
 import torch
 
-__all__ = ["COMPILE_MODES", "KernelNotReady", "synchronize"]
+__all__ = ["COMPILE_MODES", "KernelNotReady", "synchronize", "waiting"]
 
 #: values of ``TORCHFILTERS_COMPILE``
 COMPILE_MODES = ("background", "wait")
@@ -56,7 +57,7 @@ _FOREGROUND = contextvars.ContextVar("torchfilters_foreground", default=False)
 _WAIT = contextvars.ContextVar("torchfilters_wait", default=False)
 
 _cond = threading.Condition()
-_pending: list = []  # jobs: None (import the engine) or (dispatcher, argument types)
+_pending: list = []  # jobs: (key, a function of no arguments)
 _keys: set = set()  # the pending jobs' keys
 _failed: set = set()  # keys whose background compile raised: the caller compiles (and raises)
 _thread = None
@@ -81,7 +82,17 @@ def background() -> bool:
 
 @contextlib.contextmanager
 def waiting():
-    """Within this block, ``auto`` calls compile in the calling thread (``TORCHFILTERS_COMPILE=wait``)."""
+    """Within this block, ``auto`` calls on CPU tensors run the fused engine, compiling (or
+    loading) its kernels in the calling thread where they are not ready, as under
+    ``TORCHFILTERS_COMPILE=wait``: for timings, and results bit-identical from the first call on.
+
+    Example:
+        >>> import torch, torchfilters as tf
+        >>> with tf.backends.waiting():
+        ...     y = tf.gaussian_filter(torch.rand(2, 16, 16), 1.0)  # the fused engine's result
+        >>> y.shape
+        torch.Size([2, 16, 16])
+    """
     token = _WAIT.set(True)
     try:
         yield
@@ -95,8 +106,6 @@ def in_foreground() -> bool:
 
 
 def _worker() -> None:
-    from . import get
-
     global _thread
     while True:
         with _cond:
@@ -106,23 +115,28 @@ def _worker() -> None:
                 _thread = None
                 _cond.notify_all()
                 return
-            job = _pending[0]
-        key = None
+            key, job = _pending[0]
         with _busy:
             try:
-                if job is None:
-                    get("cpu")
-                else:
-                    disp, sig = job
-                    key = (id(disp), sig)
-                    disp.compile(sig)
-            except Exception:  # noqa: BLE001 -- the calling thread compiles it and sees the error
-                if key is not None:
-                    _failed.add(key)
+                job()
+            except Exception:  # noqa: BLE001 -- the calling thread does it itself and sees the error
+                _failed.add(key)
         with _cond:
             _pending.pop(0)
             _keys.discard(key)
             _cond.notify_all()
+
+
+def _load_engine(name, args, kwargs) -> None:
+    """The first job: import the engine, then run the call that asked for it (its result
+    dropped, ``out`` left alone) so that its kernels compile too."""
+    from . import get
+
+    cpu = get("cpu")
+    if cpu:
+        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+        with torch.no_grad():
+            getattr(cpu if name != "canny_edges" else _cpu_canny(), name)(*args, **kwargs)
 
 
 def _stop() -> None:
@@ -138,7 +152,7 @@ def _stop() -> None:
 _hooked = False
 
 
-def _submit(job, key) -> bool:
+def _submit(key, job) -> bool:
     """Queue a job for the background thread (started on first use); False where none can run
     (interpreter shutdown, or the job failed there before): the caller does it itself."""
     global _thread, _hooked
@@ -157,7 +171,7 @@ def _submit(job, key) -> bool:
                     return False
                 _thread = t
             _keys.add(key)
-            _pending.append(job)
+            _pending.append((key, job))
             _cond.notify_all()
     return True
 
@@ -215,7 +229,7 @@ class _Tiered:
         from . import get
 
         cpu = _loaded_cpu()
-        if cpu is None and not _submit(None, None):
+        if cpu is None and not _submit("engine", lambda: _load_engine(name, args, kwargs)):
             cpu = get("cpu")  # no background thread: import it here
         if cpu:
             fn = getattr(cpu if name != "canny_edges" else _cpu_canny(), name)
@@ -280,7 +294,7 @@ def guard_compile(dispatcher_class) -> None:
     def _compile_for_args(self, *args, **kws):
         if _FOREGROUND.get():
             sig = tuple(self.typeof_pyval(a) for a in args)
-            if _submit((self, sig), (id(self), sig)):
+            if _submit((id(self), sig), lambda: self.compile(sig)):
                 raise KernelNotReady(getattr(self, "__qualname__", repr(self)))
         return original(self, *args, **kws)
 
