@@ -14,13 +14,26 @@ Locations, first that works (numba's own order, for this package's files only):
    read-only install (system site-packages, a container image built by another user).
 
 ``torchfilters warmup`` compiles every kernel into that location and prints it.
+
+Processes that share the cache (DataLoader workers, dask workers, pytest-xdist workers) save and
+load under a file lock (``_Locked``).  numba's own index update is a read-modify-write of one file
+per function, which every closure of a kernel factory (the direct kernels) shares: two processes
+saving at once lost one entry (that kernel compiled again in the next process), and a process
+loading between another's index and data writes could read a stale data file of an older source
+under the new key.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: numba's unlocked index
+    fcntl = None
 
 from numba.core import caching
 
@@ -75,11 +88,45 @@ class UserWideLocator(_PackageStamp, _numba("UserWideCacheLocator")):
 _LOCATORS = (UserProvidedLocator, InTreeLocator, UserWideLocator)
 
 
+class _Locked(caching.IndexDataCacheFile):
+    """numba's index and data files, saved under an exclusive and loaded under a shared
+    ``flock`` of ``<index>.lock`` -- for this package's kernels (its stamp) only."""
+
+    @contextlib.contextmanager
+    def _lock(self, kind):
+        if fcntl is None or self._source_stamp != source_stamp():
+            yield
+            return
+        try:
+            f = open(self._index_path + ".lock", "a+b")
+        except OSError:  # a read-only cache folder: numba's own rules apply
+            yield
+            return
+        with f:
+            fcntl.flock(f, kind)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def save(self, key, data):
+        with self._lock(fcntl.LOCK_EX if fcntl else 0):
+            super().save(key, data)
+
+    def load(self, key):
+        with self._lock(fcntl.LOCK_SH if fcntl else 0):
+            return super().load(key)
+
+
 def install() -> None:
     """Put the package's locators first in numba's list (they decline every other file)."""
     classes = _numba("CacheImpl")._locator_classes
     if classes[: len(_LOCATORS)] != list(_LOCATORS):
         classes[:0] = [c for c in _LOCATORS if c not in classes]
+    # (numba's Cache builds its IndexDataCacheFile by this module-level name; _Locked behaves as
+    # numba's class for every other function)
+    if not issubclass(caching.IndexDataCacheFile, _Locked):
+        caching.IndexDataCacheFile = _Locked
 
 
 def cache_dir() -> str | None:
