@@ -6,7 +6,8 @@ disk cache (numba's import and registries, about half a second in a new process)
 
 * while the engine is not imported yet, the call runs on the ``reference`` engine (pure torch: the
   same semantics, within rounding) and one background thread imports numba and the engine, then
-  runs the call once more there (its result dropped) so that its kernels compile too;
+  runs the call once more there (its result dropped; not for calls of more than 16M elements)
+  so that its kernels compile too;
 * when the engine's kernel for the call is not compiled yet, the engine stops before launching it
   (:class:`KernelNotReady`), the call runs on the reference engine, and the background thread
   compiles that kernel, or loads it from the disk cache;
@@ -127,13 +128,20 @@ def _worker() -> None:
             _cond.notify_all()
 
 
+#: the first call is run again in the background only if its tensors hold at most this many
+#: elements (a second result of a large call would double its memory for a while; its kernels
+#: are then asked for by the next call)
+_REPLAY_MAX = 1 << 24
+
+
 def _load_engine(name, args, kwargs) -> None:
     """The first job: import the engine, then run the call that asked for it (its result
     dropped, ``out`` left alone) so that its kernels compile too."""
     from . import get
 
     cpu = get("cpu")
-    if cpu:
+    size = sum(a.numel() for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor))
+    if cpu and size <= _REPLAY_MAX:
         kwargs = {k: v for k, v in kwargs.items() if k != "out"}
         with torch.no_grad():
             getattr(cpu if name != "canny_edges" else _cpu_canny(), name)(*args, **kwargs)
