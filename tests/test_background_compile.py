@@ -161,3 +161,23 @@ def test_which_engine_auto_hands_out(monkeypatch):
 
 def test_synchronize_returns_at_once_with_nothing_queued():
     assert tf.backends.synchronize(timeout=0) is True
+
+
+def test_ndimage_calls_never_take_the_reference_engine_meanwhile(monkeypatch):
+    # NumPy users get SciPy's bits from the first call, and dask the same bits on every chunk:
+    # torchfilters.ndimage compiles in the call (the torch API's auto calls would not)
+    np = pytest.importorskip("numpy")
+    import torchfilters.ndimage as tfn
+
+    monkeypatch.setenv("TORCHFILTERS_COMPILE", "background")
+
+    def refuse(*a, **k):
+        raise AssertionError("an ndimage call went through the background-compile engine")
+
+    monkeypatch.setattr(_tiered._Tiered, "_run", staticmethod(refuse))
+    with pytest.raises(AssertionError):  # (the stand-in does refuse the torch API's auto calls)
+        tf.gaussian_filter(torch.rand(6, 6), 1.0)
+    a = np.random.default_rng(0).random((9, 11))
+    for y in (tfn.gaussian_filter(a, 1.5), tfn.sobel(a, 0), tfn.uniform_filter(a, 3), tfn.median_filter(a, 3),
+              tfn.correlate(a, np.ones((2, 3))), tfn.gaussian_gradient_magnitude(a, 1.0)):
+        assert y.shape == a.shape

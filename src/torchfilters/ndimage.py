@@ -27,6 +27,12 @@ copy, the filter runs on the tensor's device (a CUDA tensor on the Triton engine
 is an array of the input's library (:mod:`torchfilters._arrays`).  ``output=`` may be one such
 array; weights and footprints are copied to the host, as SciPy reads them.
 
+**Compiling.**  Every call here runs the fused engine, from the first call of a process on: a
+kernel that is not compiled or loaded yet is compiled (or loaded) in the call, as under
+``TORCHFILTERS_COMPILE=wait``, never replaced by the reference engine meanwhile as the torch API's
+``auto`` calls are -- so results are SciPy's from the first call, and ``torchfilters.dask`` gives
+the same bits on every chunk.
+
 Rank filters (``median_filter``, ``rank_filter``, ...) are exact selections for every dtype SciPy
 takes (64-bit integers beyond 2**53 are filtered as their ranks).  Where a window holds NaN,
 SciPy's result depends on which of its algorithms runs; these follow ``numpy.sort``'s order (NaN
@@ -39,6 +45,7 @@ window afresh where SciPy keeps a running sum, so a NaN or inf spreads over its 
 
 from __future__ import annotations
 
+import functools
 import numbers
 import operator
 import warnings
@@ -50,6 +57,7 @@ from . import _arrays, _docs
 from . import functional as F
 from . import kernels
 from ._validate import canonical_mode
+from .backends import waiting
 
 __all__ = [
     "correlate",
@@ -868,3 +876,19 @@ def maximum_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
 
 
 _docs.fill_ndimage(globals(), __all__)
+
+
+def _fused(fn):
+    """``fn`` with its calls on the fused engine from the first on (module docstring: *Compiling*)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with waiting():
+            return fn(*args, **kwargs)
+
+    return call
+
+
+for _name in __all__:
+    globals()[_name] = _fused(globals()[_name])
+del _name
