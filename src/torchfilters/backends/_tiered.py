@@ -188,9 +188,11 @@ def synchronize(timeout: float | None = None) -> bool:
     """Wait until the CPU engine's background compilation has nothing left to do.
 
     Under ``backend="auto"`` a call whose fused CPU kernel is not compiled yet runs on the
-    reference engine while a background thread compiles (or loads) the kernel; this waits for
-    that thread, so that the next call runs on the fused engine (benchmarks call it after their
-    warm-up calls).  With nothing queued it returns at once.
+    reference engine while a background thread compiles (or loads) the kernel; this waits until
+    that thread has done what the calls so far asked for, so that calls like them run on the
+    fused engine.  (The first call of a process has the thread import the engine and then run
+    that call again, so its kernels compile too -- unless its tensors hold more than 16M
+    elements: then the next such call asks for them.)  With nothing queued it returns at once.
 
     Args:
         timeout: seconds to wait at most; ``None`` waits as long as it takes.

@@ -75,7 +75,8 @@ later process compiles at run time: run it once when building a container image,
 a CI runner or a cluster node.  The cache lives in NUMBA_CACHE_DIR if set, else in
 the package's __pycache__ folders, else (a read-only install) in the per-user
 cache folder; the summary line names it.  A later process loads each kernel from
-there on first use (0.3-1 s for numba's import and the cache) instead of compiling it (1-3 s each).
+there on first use (0.5-1.2 s for numba's import and the cache, in the background under the
+default TORCHFILTERS_COMPILE=background) instead of compiling it (1-3 s each).
 """
 
 _INPUT_HELP = f"""\
