@@ -181,3 +181,62 @@ def test_ndimage_calls_never_take_the_reference_engine_meanwhile(monkeypatch):
     for y in (tfn.gaussian_filter(a, 1.5), tfn.sobel(a, 0), tfn.uniform_filter(a, 3), tfn.median_filter(a, 3),
               tfn.correlate(a, np.ones((2, 3))), tfn.gaussian_gradient_magnitude(a, 1.0)):
         assert y.shape == a.shape
+
+
+def test_a_returned_call_never_touches_the_callers_tensors_again(tmp_path):
+    # found by review: the first call's background rerun read the caller's tensors after the
+    # call had returned (a storage freed meanwhile: a segfault); it now runs on copies
+    out = _run("""
+        import torch
+        import torchfilters as tf
+
+        x = torch.rand(2, 300, 300)
+        y = tf.gaussian_filter(x, 2.0)
+        x.untyped_storage().resize_(0)  # the caller is done with x
+        assert tf.backends.synchronize(timeout=600)
+        z = torch.rand(2, 300, 300)
+        torch.testing.assert_close(tf.gaussian_filter(z, 2.0), tf.gaussian_filter(z, 2.0, backend="reference"))
+        print("ok")
+    """, tmp_path)
+    assert "ok" in out
+
+
+def test_costly_calls_compile_instead_of_running_on_the_reference_engine(monkeypatch):
+    # found by review: a large rank filter ran on the reference engine for far longer (and in
+    # far more memory) than compiling its kernel takes
+    from torchfilters.backends import reference
+
+    monkeypatch.setenv("TORCHFILTERS_COMPILE", "background")
+    monkeypatch.setattr(_tiered, "_loaded_cpu", lambda: None)  # as if nothing were ready yet ...
+    monkeypatch.setattr(_tiered, "_submit", lambda key, job: True)  # ... and all queued
+    ran = []
+    for name in ("rank_forward", "filter_forward"):
+        monkeypatch.setattr(reference, name, lambda *a, _f=getattr(reference, name), **k: ran.append(1) or _f(*a, **k))
+    small = torch.rand(16, 16)
+    tf.median_filter(small, 3)
+    tf.gaussian_filter(small, 1.0)
+    assert len(ran) == 2  # cheap: the reference engine meanwhile
+    big = torch.rand(1024, 1024)
+    assert _tiered._reference_ns((big, _tiered_rank_spec(big, 9))) > _tiered._FALLBACK_NS
+    y = tf.median_filter(big, 9)
+    assert len(ran) == 2  # costly: the fused engine, compiled in the call
+    assert torch.equal(y, tf.median_filter(big, 9, backend="cpu"))
+
+
+def _tiered_rank_spec(x, size):
+    from torchfilters._spec import RankSpec
+
+    fp = tuple(tuple(1 for _ in range(size)) for _ in range(size))
+    return RankSpec(mode="reflect", cval=0.0, rank=size * size // 2, footprint=fp, lo=(-(size // 2),) * 2)
+
+
+def test_canny_reaches_the_fused_cpu_kernel(monkeypatch):
+    # found by review: the auto engine had no ``canny_fused``, so Canny smoothed generically
+    cpu_canny = pytest.importorskip("torchfilters.backends.cpu.canny")
+    monkeypatch.setenv("TORCHFILTERS_COMPILE", "background")
+    x = torch.rand(2, 40, 50)
+    want = tf.canny(x, backend="cpu")
+    calls = []
+    monkeypatch.setattr(cpu_canny, "canny_fused", lambda *a, _f=cpu_canny.canny_fused: calls.append(1) or _f(*a))
+    assert torch.equal(tf.canny(x), want)
+    assert calls

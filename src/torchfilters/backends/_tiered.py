@@ -6,12 +6,14 @@ disk cache (numba's import and registries, about half a second in a new process)
 
 * while the engine is not imported yet, the call runs on the ``reference`` engine (pure torch: the
   same semantics, within rounding) and one background thread imports numba and the engine, then
-  runs the call once more there (its result dropped; not for calls of more than 16M elements)
-  so that its kernels compile too;
+  runs the call once more there on copies of its tensors (the result dropped; not for calls of
+  more than 4M elements) so that its kernels compile too;
 * when the engine's kernel for the call is not compiled yet, the engine stops before launching it
   (:class:`KernelNotReady`), the call runs on the reference engine, and the background thread
   compiles that kernel, or loads it from the disk cache;
-* every later call whose kernels are ready runs on the fused engine.
+* every later call whose kernels are ready runs on the fused engine;
+* a call the reference engine would take more than about a second over (a large rank filter, a
+  wide Gaussian on a large batch: :func:`_reference_ns`) compiles its kernels in the call instead.
 
 So the first call of a process returns in milliseconds, and a new environment never stalls on a
 cold cache; the fused speed arrives within seconds.  ``TORCHFILTERS_COMPILE=wait`` turns this off:
@@ -20,9 +22,9 @@ bit-for-bit comparisons between calls), as does ``torch.use_deterministic_algori
 :func:`synchronize` waits for the background work.  An explicit ``backend="cpu"`` always
 compiles in the calling thread.
 
-The background thread is a single non-daemon thread.  At interpreter exit it finishes the kernel
-in hand (so the disk cache never holds half a kernel) and takes no more; a fork waits for the
-kernel in hand too, so that a child never inherits numba's compiler lock held.  Where no thread
+The background thread is a single non-daemon thread.  At interpreter exit it finishes the job in
+hand (a kernel, or the first call's import and rerun) and takes no more; a fork waits for the
+job in hand too, so that a child never inherits numba's compiler lock held.  Where no thread
 can be started (an ``atexit`` handler, a thread still running after the main thread returned),
 calls compile in the calling thread, as with ``wait``.
 
@@ -68,7 +70,7 @@ _busy = threading.Lock()
 
 
 def _mode() -> str:
-    value = os.environ.get("TORCHFILTERS_COMPILE", "background") or "background"
+    value = os.environ.get("TORCHFILTERS_COMPILE", "").strip().lower() or "background"
     if value not in COMPILE_MODES:
         raise ValueError(
             f"TORCHFILTERS_COMPILE={value!r} is not a compile mode; use one of {', '.join(map(repr, COMPILE_MODES))}"
@@ -117,34 +119,46 @@ def _worker() -> None:
                 _cond.notify_all()
                 return
             key, job = _pending[0]
-        with _busy:
-            try:
-                job()
-            except Exception:  # noqa: BLE001 -- the calling thread does it itself and sees the error
-                _failed.add(key)
-        with _cond:
-            _pending.pop(0)
-            _keys.discard(key)
-            _cond.notify_all()
+        try:
+            with _busy:
+                try:
+                    job()
+                except Exception:  # noqa: BLE001 -- the calling thread does it itself and sees the error
+                    _failed.add(key)
+        finally:
+            with _cond:
+                _pending.pop(0)
+                _keys.discard(key)
+                _cond.notify_all()
 
 
-#: the first call is run again in the background only if its tensors hold at most this many
-#: elements (a second result of a large call would double its memory for a while; its kernels
-#: are then asked for by the next call)
-_REPLAY_MAX = 1 << 24
+#: the first call is run again in the background, on copies of its tensors, only if they hold
+#: at most this many elements (a larger call's kernels are asked for by its next call)
+_REPLAY_MAX = 1 << 22
 
 
-def _load_engine(name, args, kwargs) -> None:
-    """The first job: import the engine, then run the call that asked for it (its result
-    dropped, ``out`` left alone) so that its kernels compile too."""
+def _replay_args(args, kwargs):
+    """Copies of a call's arguments for the background thread (a returned call never touches the
+    caller's tensors again: their storage may be gone), ``out`` left out; None when too large."""
+    kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    if sum(t.numel() for t in tensors) > _REPLAY_MAX:
+        return None
+    with torch.no_grad():
+        copy = {id(t): t.detach().clone() for t in tensors}  # (layouts kept: the same kernels)
+    return (tuple(copy.get(id(a), a) for a in args), {k: copy.get(id(v), v) for k, v in kwargs.items()})
+
+
+def _load_engine(name, replay) -> None:
+    """The first job: import the engine, then run the call that asked for it on copies of its
+    arguments (the result dropped) so that its kernels compile too."""
     from . import get
 
     cpu = get("cpu")
-    size = sum(a.numel() for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor))
-    if cpu and size <= _REPLAY_MAX:
-        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    if cpu and replay is not None:
+        args, kwargs = replay
         with torch.no_grad():
-            getattr(cpu if name != "canny_edges" else _cpu_canny(), name)(*args, **kwargs)
+            getattr(cpu if not name.startswith("canny_") else _cpu_canny(), name)(*args, **kwargs)
 
 
 def _stop() -> None:
@@ -191,7 +205,7 @@ def synchronize(timeout: float | None = None) -> bool:
     reference engine while a background thread compiles (or loads) the kernel; this waits until
     that thread has done what the calls so far asked for, so that calls like them run on the
     fused engine.  (The first call of a process has the thread import the engine and then run
-    that call again, so its kernels compile too -- unless its tensors hold more than 16M
+    that call again, so its kernels compile too -- unless its tensors hold more than 4M
     elements: then the next such call asks for them.)  With nothing queued it returns at once.
 
     Args:
@@ -239,10 +253,16 @@ class _Tiered:
         from . import get
 
         cpu = _loaded_cpu()
-        if cpu is None and not _submit("engine", lambda: _load_engine(name, args, kwargs)):
-            cpu = get("cpu")  # no background thread: import it here
+        if _reference_ns(args) > _FALLBACK_NS:  # the reference engine would take longer than
+            cpu = get("cpu")  # compiling: the call waits for its kernels (``wait``)
+            if cpu:
+                return getattr(cpu if not name.startswith("canny_") else _cpu_canny(), name)(*args, **kwargs)
+        if cpu is None:
+            replay = _replay_args(args, kwargs)
+            if not _submit("engine", lambda: _load_engine(name, replay)):
+                cpu = get("cpu")  # no background thread: import it here
         if cpu:
-            fn = getattr(cpu if name != "canny_edges" else _cpu_canny(), name)
+            fn = getattr(cpu if not name.startswith("canny_") else _cpu_canny(), name)
             token = _FOREGROUND.set(True)
             try:
                 return fn(*args, **kwargs)
@@ -250,6 +270,8 @@ class _Tiered:
                 pass
             finally:
                 _FOREGROUND.reset(token)
+        if ref_module is None:
+            return None  # (``canny_fused``: the caller smooths and calls ``canny_edges``)
         return getattr(get(ref_module) if ref_module != "reference_canny" else _ref_canny(), name)(*args, **kwargs)
 
     def filter_forward(self, *a, **k):
@@ -272,6 +294,42 @@ class _Tiered:
 
     def canny_edges(self, *a, **k):
         return self._run("canny_edges", "reference_canny", a, k)
+
+    def canny_fused(self, *a, **k):
+        return self._run("canny_fused", None, a, k)
+
+
+#: a call runs on the reference engine meanwhile only if that takes at most about this long
+#: (nanoseconds, by :func:`_reference_ns`); a costlier call compiles its kernels in the call:
+#: a large rank filter on the reference engine took longer than compiling, and gigabytes
+_FALLBACK_NS = 1e9
+
+
+def _taps(st) -> int:
+    if st.kind == "sep":
+        return sum(len(p.taps) for p in st.passes)
+    return _leaves(st.taps)
+
+
+def _leaves(t) -> int:
+    return sum(_leaves(u) for u in t) if isinstance(t, tuple) else 1
+
+
+def _reference_ns(args) -> float:
+    """About how long the reference engine takes for a call with these arguments, measured on a
+    2-core machine: 1.5 ns per element and tap of a linear filter, 30 per element and window
+    element of a rank filter, 400 per element of Canny's edge stage."""
+    from .._spec import BlurSpec, FilterSpec, RankSpec
+
+    n = max((a.numel() for a in args if isinstance(a, torch.Tensor)), default=0)
+    for a in args:
+        if isinstance(a, FilterSpec):
+            return n * 1.5 * sum(_taps(st) for st in a.stencils)
+        if isinstance(a, BlurSpec):
+            return n * 3.0 * _taps(a.stencil)
+        if isinstance(a, RankSpec):
+            return n * 30.0 * _leaves(a.footprint)
+    return n * 400.0
 
 
 def _cpu_canny():
