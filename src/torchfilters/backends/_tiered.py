@@ -158,7 +158,7 @@ def _load_engine(name, replay) -> None:
     if cpu and replay is not None:
         args, kwargs = replay
         with torch.no_grad():
-            getattr(cpu if not name.startswith("canny_") else _cpu_canny(), name)(*args, **kwargs)
+            _function("cpu", name)(*args, **kwargs)
 
 
 def _stop() -> None:
@@ -237,9 +237,28 @@ def _loaded_cpu():
     return None
 
 
+#: the engine functions dispatch calls, and the module of the reference engine's own (None: the
+#: caller has its own fallback; Canny's live in ``cpu.canny`` and ``reference_canny``)
+_FUNCTIONS = {"filter_forward": "reference", "filter_backward": "reference", "blur_forward": "reference",
+              "blur_backward": "reference", "rank_forward": "reference", "rank_backward": "reference",
+              "canny_edges": "reference_canny", "canny_fused": None}
+
+
+def _function(module: str, name: str):
+    """Engine function ``name`` (``module``: ``cpu``, ``reference`` or ``reference_canny``)."""
+    from . import get
+
+    if name.startswith("canny_") and module == "cpu":
+        from .cpu import canny as mod
+    else:
+        mod = get(module)
+    return getattr(mod, name)
+
+
 class _Tiered:
     """The engine ``resolve`` returns for ``auto`` calls on CPU tensors: the fused engine where
-    its kernels are ready, else the reference engine (and the kernel compiles in the background)."""
+    its kernels are ready, else the reference engine (and the kernel compiles in the background).
+    Its functions are those of :data:`_FUNCTIONS`."""
 
     NAME = "cpu"
     UNAVAILABLE_HINT = ""
@@ -249,54 +268,40 @@ class _Tiered:
         return device.type == "cpu" and dtype in CPU_DTYPES
 
     @staticmethod
-    def _run(name, ref_module, args, kwargs):
+    def _run(name, args, kwargs):
         from . import get
 
         cpu = _loaded_cpu()
         if _reference_ns(args) > _FALLBACK_NS:  # the reference engine would take longer than
-            cpu = get("cpu")  # compiling: the call waits for its kernels (``wait``)
-            if cpu:
-                return getattr(cpu if not name.startswith("canny_") else _cpu_canny(), name)(*args, **kwargs)
+            if get("cpu"):  # compiling: the call waits for its kernels (``wait``)
+                return _function("cpu", name)(*args, **kwargs)
         if cpu is None:
             replay = _replay_args(args, kwargs)
             if not _submit("engine", lambda: _load_engine(name, replay)):
                 cpu = get("cpu")  # no background thread: import it here
         if cpu:
-            fn = getattr(cpu if not name.startswith("canny_") else _cpu_canny(), name)
             token = _FOREGROUND.set(True)
             try:
-                return fn(*args, **kwargs)
+                return _function("cpu", name)(*args, **kwargs)
             except KernelNotReady:
                 pass
             finally:
                 _FOREGROUND.reset(token)
-        if ref_module is None:
-            return None  # (``canny_fused``: the caller smooths and calls ``canny_edges``)
-        return getattr(get(ref_module) if ref_module != "reference_canny" else _ref_canny(), name)(*args, **kwargs)
+        ref = _FUNCTIONS[name]
+        return None if ref is None else _function(ref, name)(*args, **kwargs)
 
-    def filter_forward(self, *a, **k):
-        return self._run("filter_forward", "reference", a, k)
 
-    def filter_backward(self, *a, **k):
-        return self._run("filter_backward", "reference", a, k)
+def _method(name):
+    def call(self, *args, **kwargs):
+        return _Tiered._run(name, args, kwargs)
 
-    def blur_forward(self, *a, **k):
-        return self._run("blur_forward", "reference", a, k)
+    call.__name__ = call.__qualname__ = name
+    return call
 
-    def blur_backward(self, *a, **k):
-        return self._run("blur_backward", "reference", a, k)
 
-    def rank_forward(self, *a, **k):
-        return self._run("rank_forward", "reference", a, k)
-
-    def rank_backward(self, *a, **k):
-        return self._run("rank_backward", "reference", a, k)
-
-    def canny_edges(self, *a, **k):
-        return self._run("canny_edges", "reference_canny", a, k)
-
-    def canny_fused(self, *a, **k):
-        return self._run("canny_fused", None, a, k)
+for _name in _FUNCTIONS:
+    setattr(_Tiered, _name, _method(_name))
+del _name
 
 
 #: a call runs on the reference engine meanwhile only if that takes at most about this long
@@ -330,18 +335,6 @@ def _reference_ns(args) -> float:
         if isinstance(a, RankSpec):
             return n * 30.0 * _leaves(a.footprint)
     return n * 400.0
-
-
-def _cpu_canny():
-    from .cpu import canny
-
-    return canny
-
-
-def _ref_canny():
-    from . import reference_canny
-
-    return reference_canny
 
 
 #: the engine ``resolve`` hands out for ``auto`` calls on CPU tensors in ``background`` mode
