@@ -11,9 +11,10 @@ Engines (each a module with ``filter_forward``, ``filter_backward``,
 ``backend="auto"`` (the default) picks the fastest engine available for the
 tensor; on CPU tensors it never waits for numba to compile or load a kernel
 (``_tiered``: the call runs on the reference engine meanwhile, and
-:func:`synchronize` waits for the background compilation).  ``TORCHFILTERS_BACKEND=reference|cpu|triton`` in the environment, or
-the ``backend=`` keyword of every op, forces one; a forced engine that cannot
-run raises :class:`BackendUnavailableError`.
+:func:`synchronize` waits for the background compilation).
+``TORCHFILTERS_BACKEND=reference|cpu|triton`` in the environment, or the
+``backend=`` keyword of every op, forces one; a forced engine that cannot run
+raises :class:`BackendUnavailableError`.
 """
 
 from __future__ import annotations

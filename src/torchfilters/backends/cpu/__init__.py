@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from numba.core.dispatcher import Dispatcher
 
 from ..._spec import BlurSpec, FilterSpec
 from types import SimpleNamespace
@@ -33,8 +34,6 @@ from types import SimpleNamespace
 from .. import reference
 from .._lowering import lower
 from .._planar import adapt
-from numba.core.dispatcher import Dispatcher
-
 from .. import _tiered
 from . import cache
 
