@@ -240,3 +240,14 @@ def test_canny_reaches_the_fused_cpu_kernel(monkeypatch):
     monkeypatch.setattr(cpu_canny, "canny_fused", lambda *a, _f=cpu_canny.canny_fused: calls.append(1) or _f(*a))
     assert torch.equal(tf.canny(x), want)
     assert calls
+
+
+def test_canny_runs_on_the_reference_engine_while_its_kernels_compile(monkeypatch):
+    # found by review: the fallback looked Canny's reference module up among the engines
+    monkeypatch.setenv("TORCHFILTERS_COMPILE", "background")
+    monkeypatch.setattr(_tiered, "_loaded_cpu", lambda: None)  # as if nothing were ready yet ...
+    monkeypatch.setattr(_tiered, "_submit", lambda key, job: True)  # ... and all queued
+    x = torch.rand(2, 40, 50, dtype=torch.float64)
+    m = torch.rand(40, 50) > 0.2
+    for kw in ({}, {"mask": m}, {"use_quantiles": True, "low_threshold": 0.2, "high_threshold": 0.8}):
+        assert torch.equal(tf.canny(x, **kw), tf.canny(x, backend="reference", **kw))

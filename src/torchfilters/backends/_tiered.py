@@ -246,10 +246,14 @@ _FUNCTIONS = {"filter_forward": "reference", "filter_backward": "reference", "bl
 
 def _function(module: str, name: str):
     """Engine function ``name`` (``module``: ``cpu``, ``reference`` or ``reference_canny``)."""
+    import importlib
+
     from . import get
 
     if name.startswith("canny_") and module == "cpu":
-        from .cpu import canny as mod
+        mod = importlib.import_module(".cpu.canny", __package__)
+    elif module == "reference_canny":
+        mod = importlib.import_module(".reference_canny", __package__)
     else:
         mod = get(module)
     return getattr(mod, name)
@@ -276,7 +280,7 @@ class _Tiered:
             if get("cpu"):  # compiling: the call waits for its kernels (``wait``)
                 return _function("cpu", name)(*args, **kwargs)
         if cpu is None:
-            replay = _replay_args(args, kwargs)
+            replay = None if "engine" in _keys else _replay_args(args, kwargs)  # (the first call's)
             if not _submit("engine", lambda: _load_engine(name, replay)):
                 cpu = get("cpu")  # no background thread: import it here
         if cpu:
