@@ -35,10 +35,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
 import os
 import threading
 
 import torch
+
+from .._spec import BlurSpec, FilterSpec, RankSpec
 
 __all__ = ["COMPILE_MODES", "KernelNotReady", "synchronize", "waiting"]
 
@@ -106,6 +109,25 @@ def waiting():
 def in_foreground() -> bool:
     """Is this thread running a call made through :data:`ENGINE` (so it must not compile)?"""
     return _FOREGROUND.get()
+
+
+#: (dispatcher, argument classes) whose kernel is compiled (``check_ready``)
+_ready: set = set()
+
+
+def check_ready(dispatcher, args) -> None:
+    """Before a launch split over threads (which do not see :func:`in_foreground`), in a call made
+    through :data:`ENGINE`: raise :class:`KernelNotReady` (the compile queued) unless
+    ``dispatcher`` has a kernel for ``args``; a quick lookup once it has."""
+    key = (id(dispatcher),) + tuple(getattr(a, "dtype", None) or type(a) for a in args)
+    if key in _ready:
+        return
+    sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+    if sig not in dispatcher.overloads:
+        if _submit((id(dispatcher), sig), lambda: dispatcher.compile(sig)):
+            raise KernelNotReady(getattr(dispatcher, "__qualname__", repr(dispatcher)))
+        return  # (its background compile failed: the pool's threads compile it, and raise)
+    _ready.add(key)
 
 
 def _worker() -> None:
@@ -244,18 +266,18 @@ _FUNCTIONS = {"filter_forward": "reference", "filter_backward": "reference", "bl
               "canny_edges": "reference_canny", "canny_fused": None}
 
 
+_modules: dict = {}
+
+
 def _function(module: str, name: str):
     """Engine function ``name`` (``module``: ``cpu``, ``reference`` or ``reference_canny``)."""
-    import importlib
+    key = "cpu.canny" if module == "cpu" and name.startswith("canny_") else module
+    mod = _modules.get(key)
+    if mod is None:
+        from . import get
 
-    from . import get
-
-    if name.startswith("canny_") and module == "cpu":
-        mod = importlib.import_module(".cpu.canny", __package__)
-    elif module == "reference_canny":
-        mod = importlib.import_module(".reference_canny", __package__)
-    else:
-        mod = get(module)
+        mod = _modules[key] = get(module) if key in ("cpu", "reference") else importlib.import_module(
+            "." + key, __package__)
     return getattr(mod, name)
 
 
@@ -276,21 +298,24 @@ class _Tiered:
         from . import get
 
         cpu = _loaded_cpu()
-        if _reference_ns(args) > _FALLBACK_NS:  # the reference engine would take longer than
-            if get("cpu"):  # compiling: the call waits for its kernels (``wait``)
-                return _function("cpu", name)(*args, **kwargs)
         if cpu is None:
-            replay = None if "engine" in _keys else _replay_args(args, kwargs)  # (the first call's)
-            if not _submit("engine", lambda: _load_engine(name, replay)):
-                cpu = get("cpu")  # no background thread: import it here
+            if _reference_ns(args) > _FALLBACK_NS:  # slower than compiling: import it here
+                cpu = get("cpu")
+            else:
+                replay = None if "engine" in _keys else _replay_args(args, kwargs)  # (the first call's)
+                if not _submit("engine", lambda: _load_engine(name, replay)):
+                    cpu = get("cpu")  # no background thread: import it here
         if cpu:
+            fn = _function("cpu", name)
             token = _FOREGROUND.set(True)
             try:
-                return _function("cpu", name)(*args, **kwargs)
+                return fn(*args, **kwargs)
             except KernelNotReady:
                 pass
             finally:
                 _FOREGROUND.reset(token)
+            if _reference_ns(args) > _FALLBACK_NS:  # the reference engine would take longer than
+                return fn(*args, **kwargs)  # compiling: compile in the call (``wait``)
         ref = _FUNCTIONS[name]
         return None if ref is None else _function(ref, name)(*args, **kwargs)
 
@@ -328,8 +353,6 @@ def _reference_ns(args) -> float:
     """About how long the reference engine takes for a call with these arguments, measured on a
     2-core machine: 1.5 ns per element and tap of a linear filter, 30 per element and window
     element of a rank filter, 400 per element of Canny's edge stage."""
-    from .._spec import BlurSpec, FilterSpec, RankSpec
-
     n = max((a.numel() for a in args if isinstance(a, torch.Tensor)), default=0)
     for a in args:
         if isinstance(a, FilterSpec):

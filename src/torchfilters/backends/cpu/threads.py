@@ -51,10 +51,8 @@ def _launch(fn, args, nitems, nthreads, serial):
     if serial or nthreads == 1 or nitems == 1:
         fn(*args, 0, nitems)
         return
-    if _tiered.in_foreground():
-        # an auto call, which must not compile (``_tiered``): ask for the kernel in this thread,
-        # with no work items, before the pool's threads (which do not see that rule) call it
-        fn(*args, 0, 0)
+    if _tiered.in_foreground():  # an auto call, which must not compile (``_tiered``)
+        _tiered.check_ready(fn, args + (0, 0))
     nchunks = min(nitems, 4 * nthreads)
     counter = itertools.count()
 
