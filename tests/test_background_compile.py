@@ -69,6 +69,9 @@ def test_auto_calls_run_on_the_reference_engine_until_the_fused_kernels_are_read
             return y.detach(), xg.grad
 
         y1, g1 = fwd_bwd()
+        # launches split over the pool's threads (which must not compile either)
+        big = torch.rand(4, 300, 300, dtype=torch.float64)
+        big_first = [op(big) for op in ops]
         # calls from other threads meanwhile: every one returns a right result
         results = {}
         threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, ops[i % 2](x))) for i in range(4)]
@@ -76,6 +79,8 @@ def test_auto_calls_run_on_the_reference_engine_until_the_fused_kernels_are_read
         [t.join() for t in threads]
 
         assert tf.backends.synchronize(timeout=600)
+        from torchfilters.backends.cpu import plan
+        assert not plan._small(4, 300, 300)  # (those launches were parallel where threads > 1)
         n = ran["reference"]
         again = [op(x) for op in ops]
         y2, g2 = fwd_bwd()
@@ -84,6 +89,8 @@ def test_auto_calls_run_on_the_reference_engine_until_the_fused_kernels_are_read
 
         for a, b in zip(first, again):
             torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        for op, a in zip(ops, big_first):
+            torch.testing.assert_close(a, op(big), rtol=1e-12, atol=1e-12)
         for i, r in results.items():
             torch.testing.assert_close(r, again[i % 2], rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(y1, y2, rtol=1e-12, atol=1e-12)
