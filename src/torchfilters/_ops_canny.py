@@ -16,12 +16,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .backends import resolve
+from .backends import CANNY_MODULES, resolve
 
 _LIB = "torchfilters"
-
-# engine name -> the module with its ``canny_edges``
-_MODULES = {"reference": ".reference_canny", "cpu": ".cpu.canny", "triton": ".triton.canny"}
 
 
 def engine(backend: str, device: torch.device, dtype: torch.dtype):
@@ -32,7 +29,7 @@ def engine(backend: str, device: torch.device, dtype: torch.dtype):
     if fn is not None:
         return mod
     name = getattr(mod, "NAME", "reference")
-    return importlib.import_module(_MODULES.get(name, ".reference_canny"), "torchfilters.backends")
+    return importlib.import_module(CANNY_MODULES.get(name, ".reference_canny"), "torchfilters.backends")
 
 
 @torch.library.custom_op(f"{_LIB}::canny_edges", mutates_args=())

@@ -32,6 +32,8 @@ __all__ = ["BACKENDS", "BackendUnavailableError", "resolve", "get", "synchronize
 BACKENDS = ("auto", "reference", "cpu", "triton")
 
 _MODULES = {"reference": ".reference", "cpu": ".cpu", "triton": ".triton"}
+#: each engine's Canny module (its ``canny_edges``)
+CANNY_MODULES = {"reference": ".reference_canny", "cpu": ".cpu.canny", "triton": ".triton.canny"}
 _loaded: dict = {}
 _import_errors: dict = {}
 

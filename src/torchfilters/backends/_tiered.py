@@ -259,25 +259,24 @@ def _loaded_cpu():
     return None
 
 
-#: the engine functions dispatch calls, and the module of the reference engine's own (None: the
-#: caller has its own fallback; Canny's live in ``cpu.canny`` and ``reference_canny``)
-_FUNCTIONS = {"filter_forward": "reference", "filter_backward": "reference", "blur_forward": "reference",
-              "blur_backward": "reference", "rank_forward": "reference", "rank_backward": "reference",
-              "canny_edges": "reference_canny", "canny_fused": None}
+#: the engine functions dispatch calls, and whether the reference engine has its own (False:
+#: the caller has its own fallback)
+_FUNCTIONS = {"filter_forward": True, "filter_backward": True, "blur_forward": True, "blur_backward": True,
+              "rank_forward": True, "rank_backward": True, "canny_edges": True, "canny_fused": False}
 
 
 _modules: dict = {}
 
 
-def _function(module: str, name: str):
-    """Engine function ``name`` (``module``: ``cpu``, ``reference`` or ``reference_canny``)."""
-    key = "cpu.canny" if module == "cpu" and name.startswith("canny_") else module
+def _function(engine: str, name: str):
+    """Engine function ``name`` of ``engine`` (``cpu`` or ``reference``; Canny's from the
+    engine's Canny module, ``backends.CANNY_MODULES``)."""
+    key = (engine, name.startswith("canny_"))
     mod = _modules.get(key)
     if mod is None:
-        from . import get
+        from . import CANNY_MODULES, get
 
-        mod = _modules[key] = get(module) if key in ("cpu", "reference") else importlib.import_module(
-            "." + key, __package__)
+        mod = _modules[key] = importlib.import_module(CANNY_MODULES[engine], __package__) if key[1] else get(engine)
     return getattr(mod, name)
 
 
@@ -316,8 +315,7 @@ class _Tiered:
                 _FOREGROUND.reset(token)
             if _reference_ns(args) > _FALLBACK_NS:  # the reference engine would take longer than
                 return fn(*args, **kwargs)  # compiling: compile in the call (``wait``)
-        ref = _FUNCTIONS[name]
-        return None if ref is None else _function(ref, name)(*args, **kwargs)
+        return _function("reference", name)(*args, **kwargs) if _FUNCTIONS[name] else None
 
 
 def _method(name):
