@@ -39,6 +39,54 @@ def test_import_is_light():
     assert "heavy: []" in out, out
 
 
+def test_first_calls_do_not_import_dynamo():
+    """``torch.library`` wraps custom-op kernels in a dynamo guard that imports ``torch._dynamo``
+    (1-2 s) on their first call; the ops defer it (``_ops.defer_dynamo``) until something else
+    imports dynamo.  Every op family, forward, backward and ``out=``, on the reference engine and
+    the CPU engine; then ``torch.compile`` of the same op in the same process still traces it."""
+    out = _python("""
+        import sys, time
+        import torch
+        import torchfilters as tf
+        t0 = time.perf_counter()
+        x = torch.rand(2, 9, 11, dtype=torch.float64, requires_grad=True)
+        for backend in ("reference", "cpu"):
+            ys = [tf.gradient_magnitude(x, backend=backend), tf.median_filter(x, 3, backend=backend),
+                  tf.selective_blur(x, 0.5, sigma=1.0, backend=backend)]
+            torch.autograd.grad(sum(y.sum() for y in ys), x, create_graph=True)[0].sum().backward()
+            tf.gaussian_filter(x.detach(), 1.0, out=torch.empty_like(x), backend=backend)
+            tf.canny(x.detach()[0].float(), backend=backend)
+        print("dynamo:", "torch._dynamo" in sys.modules)
+        import torch._dynamo
+        f = torch.compile(lambda t: tf.gradient_magnitude(t, backend="reference"), backend="eager", fullgraph=True)
+        z = x.detach()
+        assert torch.equal(f(z), tf.gradient_magnitude(z, backend="reference"))
+        print("compiled: ok")
+    """)
+    assert "dynamo: False" in out and "compiled: ok" in out, out
+
+
+def test_deferred_dynamo_guard_hands_over_to_torch():
+    """Once ``torch._dynamo`` is imported the stand-in removes itself and torch's own guard
+    (``torch._dynamo.disable``) wraps the kernel again."""
+    out = _python("""
+        import sys
+        import torch
+        from torchfilters import _ops
+        kernels = [w.__wrapped__ for w in _ops.filter_op._backend_fns.values()]
+        assert kernels and all(getattr(k, "__dynamo_disable") is not None for k in kernels)
+        x = torch.rand(5, 5, dtype=torch.float64, requires_grad=True)  # (through the custom op)
+        import torchfilters as tf
+        tf.gradient_magnitude(x)
+        stand_in = [getattr(k, "__dynamo_disable") for k in kernels]
+        import torch._dynamo
+        tf.gradient_magnitude(x)
+        after = [getattr(k, "__dynamo_disable", None) for k in kernels]
+        print("replaced:", all(a is not None and a is not s for a, s in zip(after, stand_in)))
+    """)
+    assert "replaced: True" in out, out
+
+
 @pytest.mark.parametrize("argv", [["--version"], ["--help"], ["edges", "--help"], ["warmup", "--help"]])
 def test_version_and_help_load_no_engine(argv):
     pytest.importorskip("imageio")

@@ -21,6 +21,8 @@ dtype (numba on CPU, Triton on CUDA, the pure-torch reference otherwise).
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import Tensor
 
@@ -284,3 +286,43 @@ def _blur_bwd_grad(ctx, ggx):
 
 
 blur_backward_op.register_autograd(_blur_bwd_grad, setup_context=_blur_bwd_setup)
+
+
+# -------------------------------------------------------------- no torch._dynamo at first call
+
+_DYNAMO_CACHE = "__dynamo_disable"
+
+
+def defer_dynamo(*ops) -> None:
+    """Let the kernels of custom ``ops`` run without importing ``torch._dynamo``.
+
+    ``torch.library.custom_op`` wraps each op's kernel in ``torch._disable_dynamo``, which imports
+    ``torch._dynamo`` on the kernel's first call: 1-2 s that every process's first filter call
+    paid.  That wrapper caches the disabled kernel in the kernel's ``__dynamo_disable``
+    attribute; this puts a stand-in there that calls the kernel directly while
+    ``torch._dynamo`` is not imported (nothing can be tracing it then) and, once it is,
+    removes itself so that torch's wrapper builds its own.  Where torch's internals differ,
+    the stand-in is never read and torch's behaviour is unchanged."""
+    for op in ops:
+        for wrapper in list(getattr(op, "_backend_fns", {}).values()):
+            kernel = getattr(wrapper, "__wrapped__", None)
+            if kernel is not None and getattr(kernel, _DYNAMO_CACHE, None) is None:
+                setattr(kernel, _DYNAMO_CACHE, _direct(kernel, wrapper))
+
+
+def _direct(kernel, wrapper):
+    def direct(*args, **kwargs):
+        if "torch._dynamo" not in sys.modules:
+            return kernel(*args, **kwargs)
+        if getattr(kernel, _DYNAMO_CACHE, None) is direct:
+            try:
+                delattr(kernel, _DYNAMO_CACHE)
+            except AttributeError:  # pragma: no cover - another thread removed it first
+                pass
+        return wrapper(*args, **kwargs)
+
+    return direct
+
+
+defer_dynamo(filter_op, filter_backward_op, filter_out_op, rank_op, rank_backward_op, rank_out_op, blur_op,
+             blur_backward_op, blur_out_op)

@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from ._ops import defer_dynamo
 from .backends import CANNY_MODULES, resolve
 
 _LIB = "torchfilters"
@@ -69,3 +70,6 @@ def canny_op(image: Tensor, mask: Optional[Tensor], eroded_mask: Optional[Tensor
 @canny_op.register_fake
 def _(image, mask, eroded_mask, sigma_y, sigma_x, mode, cval, bleed_over, low, high, use_quantiles, backend):
     return image.new_empty(image.shape, dtype=torch.bool)
+
+
+defer_dynamo(canny_edges_op, canny_op)

@@ -6,8 +6,8 @@ disk cache (numba's import and registries, about half a second in a new process)
 
 * while the engine is not imported yet, the call runs on the ``reference`` engine (pure torch: the
   same semantics, within rounding) and one background thread imports numba and the engine, then
-  runs the call once more there on copies of its tensors (the result dropped; not for calls of
-  more than 4M elements) so that its kernels compile too;
+  runs each kind of call made meanwhile once more there, on copies of its tensors (the result
+  dropped; not for calls of more than 4M elements), so that their kernels compile too;
 * when the engine's kernel for the call is not compiled yet, the engine stops before launching it
   (:class:`KernelNotReady`), the call runs on the reference engine, and the background thread
   compiles that kernel, or loads it from the disk cache;
@@ -23,7 +23,7 @@ bit-for-bit comparisons between calls), as does ``torch.use_deterministic_algori
 compiles in the calling thread.
 
 The background thread is a single non-daemon thread.  At interpreter exit it finishes the job in
-hand (a kernel, or the first call's import and rerun) and takes no more; a fork waits for the
+hand (a kernel, the engine's import or a rerun) and takes no more; a fork waits for the
 job in hand too, so that a child never inherits numba's compiler lock held.  Where no thread
 can be started (an ``atexit`` handler, a thread still running after the main thread returned),
 calls compile in the calling thread, as with ``wait``.
@@ -154,8 +154,9 @@ def _worker() -> None:
                 _cond.notify_all()
 
 
-#: the first call is run again in the background, on copies of its tensors, only if they hold
-#: at most this many elements (a larger call's kernels are asked for by its next call)
+#: a call made while the engine loads is run again in the background, on copies of its tensors,
+#: only if they hold at most this many elements (a larger call's kernels are asked for by its
+#: next call)
 _REPLAY_MAX = 1 << 22
 
 
@@ -171,16 +172,56 @@ def _replay_args(args, kwargs):
     return (tuple(copy.get(id(a), a) for a in args), {k: copy.get(id(v), v) for k, v in kwargs.items()})
 
 
-def _load_engine(name, replay) -> None:
-    """The first job: import the engine, then run the call that asked for it on copies of its
-    arguments (the result dropped) so that its kernels compile too."""
+def _load_engine() -> None:
+    """The first job: import the engine."""
     from . import get
 
-    cpu = get("cpu")
-    if cpu and replay is not None:
-        args, kwargs = replay
-        with torch.no_grad():
-            _function("cpu", name)(*args, **kwargs)
+    get("cpu")
+
+
+#: calls rerun in the background (``_call_key``), at most this many kinds per process
+_replayed: set = set()
+_REPLAY_KINDS = 256
+
+
+def _call_key(name, args, kwargs):
+    """What decides which kernels a call compiles: its engine function, the dtype, rank and
+    contiguity of its tensors, and its other arguments (specs are strings)."""
+
+    def one(a):
+        if isinstance(a, torch.Tensor):
+            return (a.dtype, a.dim(), a.is_contiguous())
+        try:
+            hash(a)
+        except TypeError:
+            return type(a).__name__
+        return a
+
+    return (name, tuple(one(a) for a in args), tuple((k, one(v)) for k, v in sorted(kwargs.items()) if k != "out"))
+
+
+def _submit_replay(name, args, kwargs) -> None:
+    """While the engine is loading, queue a rerun of a call on copies of its arguments (the
+    result dropped) so that its kernels compile after the import: one per kind of call
+    (:func:`_call_key`), none for calls of more than 4M elements (their next call asks)."""
+    try:
+        key = ("replay",) + _call_key(name, args, kwargs)
+    except Exception:  # noqa: BLE001 -- an odd argument: its next call asks for its kernels
+        return
+    if key in _replayed or len(_replayed) >= _REPLAY_KINDS:
+        return
+    replay = _replay_args(args, kwargs)
+    if replay is None:
+        return
+    _replayed.add(key)
+
+    def job():
+        cpu_args, cpu_kwargs = replay
+        if _loaded_cpu():
+            with torch.no_grad():
+                _function("cpu", name)(*cpu_args, **cpu_kwargs)
+
+    _submit(key, job)
 
 
 def _stop() -> None:
@@ -226,9 +267,10 @@ def synchronize(timeout: float | None = None) -> bool:
     Under ``backend="auto"`` a call whose fused CPU kernel is not compiled yet runs on the
     reference engine while a background thread compiles (or loads) the kernel; this waits until
     that thread has done what the calls so far asked for, so that calls like them run on the
-    fused engine.  (The first call of a process has the thread import the engine and then run
-    that call again, so its kernels compile too -- unless its tensors hold more than 4M
-    elements: then the next such call asks for them.)  With nothing queued it returns at once.
+    fused engine.  (Calls made while the engine is still being imported have the thread run
+    them again afterwards, so their kernels compile too -- unless their tensors hold more than
+    4M elements: then the next such call asks for them.)  With nothing queued it returns at
+    once.
 
     Args:
         timeout: seconds to wait at most; ``None`` waits as long as it takes.
@@ -301,9 +343,10 @@ class _Tiered:
             if _reference_ns(args) > _FALLBACK_NS:  # slower than compiling: import it here
                 cpu = get("cpu")
             else:
-                replay = None if "engine" in _keys else _replay_args(args, kwargs)  # (the first call's)
-                if not _submit("engine", lambda: _load_engine(name, replay)):
+                if not _submit("engine", _load_engine):
                     cpu = get("cpu")  # no background thread: import it here
+                else:
+                    _submit_replay(name, args, kwargs)
         if cpu:
             fn = _function("cpu", name)
             token = _FOREGROUND.set(True)
@@ -403,6 +446,7 @@ def _after_fork_child() -> None:
     _busy = threading.Lock()
     _pending.clear()
     _keys.clear()
+    _replayed.clear()
     _thread = None
     _stopping = False
     _hooked = False
