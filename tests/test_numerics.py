@@ -291,6 +291,7 @@ RESCALE_CASES = [(op, sc) for op in ("sobel", "central", "gauss") for sc in SCAL
 TRITON_RESCALE_CASES = [("sobel", "f32-over"), ("central", "f64-under"), ("gauss", "f32-under"), ("gauss", "f64-over")]
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in multiply:RuntimeWarning")  # (the interpreter squares in numpy: what the rescaling is for)
 @pytest.mark.parametrize(
     "backend, op, scale_id",
     [(e, *c) for e in ENGINES for c in (TRITON_RESCALE_CASES if e == "triton" else RESCALE_CASES)],
@@ -349,6 +350,7 @@ def test_volume_magnitude_rescales_where_the_squares_over_or_underflow(op, scale
     assert torch.equal(ys == 0, y1 == 0)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in multiply:RuntimeWarning")  # (the interpreter squares in numpy: what the rescaling is for)
 def test_magnitude_of_an_alternating_column_is_finite(backend):
     """The issue's case: a column alternating +-1.5e38 along y, float32: finite derivatives of
     3e38, whose squares overflow."""

@@ -471,6 +471,7 @@ def test_kernels_compile_for_sm90():
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in multiply:RuntimeWarning")  # (the interpreter squares in numpy: what the rescaling is for)
 def test_3x3x3_gradient_runs_fused(T):
     """The 3-D Sobel / Prewitt / Scharr gradient runs on the fused 3x3x3 kernel (``triton/volume``,
     the host rule shared with the CPU's direct path): float64 components are the CPU path's bits
