@@ -258,3 +258,42 @@ def test_canny_runs_on_the_reference_engine_while_its_kernels_compile(monkeypatc
     m = torch.rand(40, 50) > 0.2
     for kw in ({}, {"mask": m}, {"use_quantiles": True, "low_threshold": 0.2, "high_threshold": 0.8}):
         assert torch.equal(tf.canny(x, **kw), tf.canny(x, backend="reference", **kw))
+
+
+def test_calls_made_while_the_engine_loads_are_rerun_once_per_kind(monkeypatch):
+    """Each kind of call made while the engine is being imported queues one rerun on copies
+    (its kernels then compile before ``synchronize`` returns); not twice for the same kind, not
+    for a call of more than 4M elements, and not beyond the copies' budget."""
+    jobs = []
+    monkeypatch.setattr(_tiered, "_submit", lambda key, job: jobs.append((key, job)) or True)
+    monkeypatch.setattr(_tiered, "_replayed", set())
+    monkeypatch.setattr(_tiered, "_queued", [0])
+    monkeypatch.setattr(_tiered, "_REPLAY_MAX", 1000)
+    monkeypatch.setattr(_tiered, "_REPLAY_BUDGET", 2200)
+    x = torch.rand(3, 10, 10)
+    _tiered._submit_replay("filter_forward", (x, "spec-a"), {})
+    _tiered._submit_replay("filter_forward", (x.clone(), "spec-a"), {})  # the same kind
+    assert len(jobs) == 1 and _tiered._queued[0] == 300
+    _tiered._submit_replay("filter_forward", (x.double(), "spec-a"), {})  # another dtype
+    _tiered._submit_replay("filter_forward", (x.transpose(1, 2), "spec-a"), {})  # another layout
+    _tiered._submit_replay("filter_forward", (x, "spec-b"), {})  # another spec
+    assert len(jobs) == 4 and _tiered._queued[0] == 1200
+    _tiered._submit_replay("filter_forward", (torch.rand(1001), "spec-c"), {})  # too large
+    _tiered._submit_replay("filter_forward", (x, "spec-d"), {})
+    _tiered._submit_replay("filter_forward", (x, "spec-e"), {})
+    _tiered._submit_replay("filter_forward", (x, "spec-f"), {})
+    _tiered._submit_replay("filter_forward", (x, "spec-g"), {})  # over the budget: 2100 + 300
+    assert len(jobs) == 7 and _tiered._queued[0] == 2100
+    # a rerun works on copies: the caller's tensor may change or go away meanwhile
+    y = torch.ones(2, 4, 4)
+    _tiered._submit_replay("filter_forward", (y, [1, 2]), {"out": torch.empty(2, 4, 4)})  # (unhashable: by type)
+    key, job = jobs[-1]
+    assert key == ("replay", "filter_forward", ((torch.float32, 3, True), "list"), ())
+    seen = []
+    monkeypatch.setattr(_tiered, "_loaded_cpu", lambda: True)
+    monkeypatch.setattr(_tiered, "_function", lambda engine, name: lambda *a, **k: seen.append((engine, a, k)))
+    y.zero_()
+    job()
+    (engine, (copy, arg), kwargs), = seen
+    assert engine == "cpu" and arg == [1, 2] and kwargs == {} and torch.equal(copy, torch.ones(2, 4, 4))
+    assert _tiered._queued[0] == 2100  # its copies released

@@ -160,13 +160,17 @@ def _worker() -> None:
 _REPLAY_MAX = 1 << 22
 
 
+def _leaves_numel(args, kwargs) -> int:
+    """Elements of a call's tensor arguments (``out`` left out)."""
+    return sum(a.numel() for a in list(args) + [v for k, v in kwargs.items() if k != "out"]
+               if isinstance(a, torch.Tensor))
+
+
 def _replay_args(args, kwargs):
     """Copies of a call's arguments for the background thread (a returned call never touches the
-    caller's tensors again: their storage may be gone), ``out`` left out; None when too large."""
+    caller's tensors again: their storage may be gone), ``out`` left out."""
     kwargs = {k: v for k, v in kwargs.items() if k != "out"}
     tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
-    if sum(t.numel() for t in tensors) > _REPLAY_MAX:
-        return None
     with torch.no_grad():
         copy = {id(t): t.detach().clone() for t in tensors}  # (layouts kept: the same kernels)
     return (tuple(copy.get(id(a), a) for a in args), {k: copy.get(id(v), v) for k, v in kwargs.items()})
@@ -179,9 +183,12 @@ def _load_engine() -> None:
     get("cpu")
 
 
-#: calls rerun in the background (``_call_key``), at most this many kinds per process
+#: calls rerun in the background (``_call_key``), at most this many kinds per process, and at most
+#: ``_REPLAY_BUDGET`` elements of copies queued at once
 _replayed: set = set()
 _REPLAY_KINDS = 256
+_REPLAY_BUDGET = 4 * _REPLAY_MAX
+_queued = [0]  # elements of the copies the queued reruns hold
 
 
 def _call_key(name, args, kwargs):
@@ -203,25 +210,40 @@ def _call_key(name, args, kwargs):
 def _submit_replay(name, args, kwargs) -> None:
     """While the engine is loading, queue a rerun of a call on copies of its arguments (the
     result dropped) so that its kernels compile after the import: one per kind of call
-    (:func:`_call_key`), none for calls of more than 4M elements (their next call asks)."""
+    (:func:`_call_key`), none for calls of more than 4M elements, nor while the copies queued
+    hold 16M (their next call asks for their kernels)."""
     try:
         key = ("replay",) + _call_key(name, args, kwargs)
     except Exception:  # noqa: BLE001 -- an odd argument: its next call asks for its kernels
         return
     if key in _replayed or len(_replayed) >= _REPLAY_KINDS:
         return
-    replay = _replay_args(args, kwargs)
-    if replay is None:
+    size = _leaves_numel(args, kwargs)
+    with _cond:
+        if size > _REPLAY_MAX or _queued[0] + size > _REPLAY_BUDGET:
+            return
+        _queued[0] += size
+        _replayed.add(key)
+    try:
+        replay = [_replay_args(args, kwargs)]
+    except Exception:  # noqa: BLE001 -- (an argument that cannot be copied: its next call asks)
+        with _cond:
+            _queued[0] -= size
         return
-    _replayed.add(key)
 
     def job():
-        cpu_args, cpu_kwargs = replay
-        if _loaded_cpu():
-            with torch.no_grad():
-                _function("cpu", name)(*cpu_args, **cpu_kwargs)
+        try:
+            cpu_args, cpu_kwargs = replay.pop()
+            if _loaded_cpu():
+                with torch.no_grad():
+                    _function("cpu", name)(*cpu_args, **cpu_kwargs)
+        finally:
+            with _cond:
+                _queued[0] -= size
 
-    _submit(key, job)
+    if not _submit(key, job):
+        with _cond:
+            _queued[0] -= size
 
 
 def _stop() -> None:
@@ -447,6 +469,7 @@ def _after_fork_child() -> None:
     _pending.clear()
     _keys.clear()
     _replayed.clear()
+    _queued[0] = 0
     _thread = None
     _stopping = False
     _hooked = False
