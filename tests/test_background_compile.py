@@ -261,39 +261,72 @@ def test_canny_runs_on_the_reference_engine_while_its_kernels_compile(monkeypatc
 
 
 def test_calls_made_while_the_engine_loads_are_rerun_once_per_kind(monkeypatch):
-    """Each kind of call made while the engine is being imported queues one rerun on copies
-    (its kernels then compile before ``synchronize`` returns); not twice for the same kind, not
-    for a call of more than 4M elements, and not beyond the copies' budget."""
+    """The first call queues the engine's import with its own rerun on copies in the same job
+    (so that exit, which finishes the job in hand, leaves its kernels cached); each other kind of
+    call made while the engine loads queues one rerun of its own (its kernels then compile before
+    ``synchronize`` returns): not twice for the same kind, not for a call of more than 4M
+    elements, and not beyond the copies' budget."""
     jobs = []
-    monkeypatch.setattr(_tiered, "_submit", lambda key, job: jobs.append((key, job)) or True)
+    keys = set()
+
+    def submit(key, job):
+        if key in keys:
+            return False
+        keys.add(key)
+        jobs.append((key, job))
+        return True
+
+    monkeypatch.setattr(_tiered, "_submit_new", submit)
+    monkeypatch.setattr(_tiered, "_keys", keys)
     monkeypatch.setattr(_tiered, "_replayed", set())
     monkeypatch.setattr(_tiered, "_queued", [0])
     monkeypatch.setattr(_tiered, "_REPLAY_MAX", 1000)
     monkeypatch.setattr(_tiered, "_REPLAY_BUDGET", 2200)
-    x = torch.rand(3, 10, 10)
-    _tiered._submit_replay("filter_forward", (x, "spec-a"), {})
-    _tiered._submit_replay("filter_forward", (x.clone(), "spec-a"), {})  # the same kind
-    assert len(jobs) == 1 and _tiered._queued[0] == 300
-    _tiered._submit_replay("filter_forward", (x.double(), "spec-a"), {})  # another dtype
-    _tiered._submit_replay("filter_forward", (x.transpose(1, 2), "spec-a"), {})  # another layout
-    _tiered._submit_replay("filter_forward", (x, "spec-b"), {})  # another spec
-    assert len(jobs) == 4 and _tiered._queued[0] == 1200
-    _tiered._submit_replay("filter_forward", (torch.rand(1001), "spec-c"), {})  # too large
-    _tiered._submit_replay("filter_forward", (x, "spec-d"), {})
-    _tiered._submit_replay("filter_forward", (x, "spec-e"), {})
-    _tiered._submit_replay("filter_forward", (x, "spec-f"), {})
-    _tiered._submit_replay("filter_forward", (x, "spec-g"), {})  # over the budget: 2100 + 300
-    assert len(jobs) == 7 and _tiered._queued[0] == 2100
-    # a rerun works on copies: the caller's tensor may change or go away meanwhile
-    y = torch.ones(2, 4, 4)
-    _tiered._submit_replay("filter_forward", (y, [1, 2]), {"out": torch.empty(2, 4, 4)})  # (unhashable: by type)
-    key, job = jobs[-1]
-    assert key == ("replay", "filter_forward", ((torch.float32, 3, True), "list"), ())
     seen = []
+    monkeypatch.setattr(_tiered, "_load_engine", lambda: seen.append("import"))
     monkeypatch.setattr(_tiered, "_loaded_cpu", lambda: True)
     monkeypatch.setattr(_tiered, "_function", lambda engine, name: lambda *a, **k: seen.append((engine, a, k)))
+    x = torch.rand(3, 10, 10)
+    assert _tiered._submit_loading("filter_forward", (x, "spec-a"), {})
+    assert [k for k, _ in jobs] == ["engine"] and _tiered._queued[0] == 300
+    assert _tiered._submit_loading("filter_forward", (x.clone(), "spec-a"), {})  # the same kind
+    assert len(jobs) == 1
+    for t in (x.double(), x.transpose(1, 2)):  # another dtype, another layout
+        _tiered._submit_loading("filter_forward", (t, "spec-a"), {})
+    _tiered._submit_loading("filter_forward", (x, "spec-b"), {})  # another spec
+    assert len(jobs) == 4 and _tiered._queued[0] == 1200
+    _tiered._submit_loading("filter_forward", (torch.rand(1001), "spec-c"), {})  # too large
+    for spec in "defg":  # the last over the budget: 2100 + 300
+        _tiered._submit_loading("filter_forward", (x, "spec-" + spec), {})
+    assert len(jobs) == 7 and _tiered._queued[0] == 2100
+    # the engine's job: the import, then the first call's rerun, on copies
+    x.zero_()
+    jobs[0][1]()
+    assert seen[0] == "import" and seen[1][0] == "cpu" and seen[1][1][1] == "spec-a"
+    assert seen[1][1][0].abs().sum() > 0 and _tiered._queued[0] == 1800  # (a copy: x is zero now)
+    # an unhashable argument keys by its type; ``out`` is left out of the rerun
+    y = torch.ones(2, 4, 4)
+    _tiered._submit_loading("filter_forward", (y, [1, 2]), {"out": torch.empty(2, 4, 4)})
+    key, job = jobs[-1]
+    assert key == ("replay", "filter_forward", ((torch.float32, 3, True), "list"), ())
     y.zero_()
+    seen.clear()
     job()
+    job()  # (once)
     (engine, (copy, arg), kwargs), = seen
     assert engine == "cpu" and arg == [1, 2] and kwargs == {} and torch.equal(copy, torch.ones(2, 4, 4))
-    assert _tiered._queued[0] == 2100  # its copies released
+    assert _tiered._queued[0] == 1800  # its copies released
+
+
+def test_a_script_that_exits_after_its_first_call_leaves_its_kernels_cached(tmp_path):
+    """Exit finishes the job in hand: the engine's import with the first call's rerun, so a
+    short script run again finds that call's forward kernels in the cache."""
+    code = """
+        import torch
+        import torchfilters as tf
+        x = torch.rand(2, 20, 20, requires_grad=True)
+        tf.gradient_magnitude(x, operator="prewitt", mode="wrap").sum().backward()
+    """
+    _run(code, tmp_path)
+    cache = tmp_path / "numba-cache"
+    assert any(p.suffix == ".nbc" for p in cache.rglob("*")), sorted(p.name for p in cache.rglob("*"))

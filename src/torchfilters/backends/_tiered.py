@@ -207,43 +207,71 @@ def _call_key(name, args, kwargs):
     return (name, tuple(one(a) for a in args), tuple((k, one(v)) for k, v in sorted(kwargs.items()) if k != "out"))
 
 
-def _submit_replay(name, args, kwargs) -> None:
-    """While the engine is loading, queue a rerun of a call on copies of its arguments (the
-    result dropped) so that its kernels compile after the import: one per kind of call
-    (:func:`_call_key`), none for calls of more than 4M elements, nor while the copies queued
-    hold 16M (their next call asks for their kernels)."""
+def _replay_job(name, args, kwargs):
+    """``(key, job)``: a rerun of a call on copies of its arguments (the result dropped), so that
+    its kernels compile once the engine is imported -- one per kind of call (:func:`_call_key`),
+    none for calls of more than 4M elements nor while the copies queued hold 16M (their next
+    call asks for their kernels): else None."""
     try:
         key = ("replay",) + _call_key(name, args, kwargs)
     except Exception:  # noqa: BLE001 -- an odd argument: its next call asks for its kernels
-        return
+        return None
     if key in _replayed or len(_replayed) >= _REPLAY_KINDS:
-        return
+        return None
     size = _leaves_numel(args, kwargs)
     with _cond:
         if size > _REPLAY_MAX or _queued[0] + size > _REPLAY_BUDGET:
-            return
+            return None
         _queued[0] += size
         _replayed.add(key)
     try:
         replay = [_replay_args(args, kwargs)]
     except Exception:  # noqa: BLE001 -- (an argument that cannot be copied: its next call asks)
-        with _cond:
-            _queued[0] -= size
-        return
+        replay = []
+    ran = []
 
     def job():
+        if ran:
+            return
+        ran.append(True)
         try:
-            cpu_args, cpu_kwargs = replay.pop()
-            if _loaded_cpu():
+            if replay and _loaded_cpu():
+                cpu_args, cpu_kwargs = replay.pop()
                 with torch.no_grad():
                     _function("cpu", name)(*cpu_args, **cpu_kwargs)
         finally:
+            replay.clear()
             with _cond:
                 _queued[0] -= size
 
-    if not _submit(key, job):
-        with _cond:
-            _queued[0] -= size
+    return key, job
+
+
+def _submit_loading(name, args, kwargs) -> bool:
+    """A call while the engine is not imported: queue the import, with this call's rerun in the
+    same job when it is the first (so that at interpreter exit, which finishes the job in hand,
+    the first call's kernels are compiled and cached), else this call's rerun as a job of its
+    own.  False where no background thread can run (the caller imports the engine itself)."""
+    rerun = _replay_job(name, args, kwargs)
+    with _cond:
+        queued = "engine" in _keys
+    if not queued:
+
+        def load():
+            _load_engine()
+            if rerun is not None:
+                rerun[1]()
+
+        added = _submit_new("engine", load)
+        if added is None:
+            if rerun is not None:
+                rerun[1]()  # (releases its copies: ``_loaded_cpu`` is not set, nothing runs)
+            return False
+        if added or rerun is None:
+            return True
+    if rerun is not None and _submit_new(*rerun) is None:
+        rerun[1]()
+    return True
 
 
 def _stop() -> None:
@@ -262,24 +290,31 @@ _hooked = False
 def _submit(key, job) -> bool:
     """Queue a job for the background thread (started on first use); False where none can run
     (interpreter shutdown, or the job failed there before): the caller does it itself."""
+    return _submit_new(key, job) is not None
+
+
+def _submit_new(key, job):
+    """:func:`_submit`: True when ``job`` was queued, False when a job of ``key`` was pending
+    already, None where no thread can run."""
     global _thread, _hooked
     with _cond:
         if _stopping or key in _failed:
+            return None
+        if key in _keys:
             return False
-        if key not in _keys:
-            if _thread is None:
-                try:
-                    if not _hooked:
-                        threading._register_atexit(_stop)  # (what concurrent.futures uses)
-                        _hooked = True
-                    t = threading.Thread(target=_worker, name="torchfilters-compile", daemon=False)
-                    t.start()
-                except RuntimeError:  # shutting down: no new threads
-                    return False
-                _thread = t
-            _keys.add(key)
-            _pending.append((key, job))
-            _cond.notify_all()
+        if _thread is None:
+            try:
+                if not _hooked:
+                    threading._register_atexit(_stop)  # (what concurrent.futures uses)
+                    _hooked = True
+                t = threading.Thread(target=_worker, name="torchfilters-compile", daemon=False)
+                t.start()
+            except RuntimeError:  # shutting down: no new threads
+                return None
+            _thread = t
+        _keys.add(key)
+        _pending.append((key, job))
+        _cond.notify_all()
     return True
 
 
@@ -365,10 +400,8 @@ class _Tiered:
             if _reference_ns(args) > _FALLBACK_NS:  # slower than compiling: import it here
                 cpu = get("cpu")
             else:
-                if not _submit("engine", _load_engine):
+                if not _submit_loading(name, args, kwargs):
                     cpu = get("cpu")  # no background thread: import it here
-                else:
-                    _submit_replay(name, args, kwargs)
         if cpu:
             fn = _function("cpu", name)
             token = _FOREGROUND.set(True)
