@@ -291,7 +291,7 @@ def test_calls_made_while_the_engine_loads_are_rerun_once_per_kind(monkeypatch):
     assert [k for k, _ in jobs] == ["engine"] and _tiered._queued[0] == 300
     assert _tiered._submit_loading("filter_forward", (x.clone(), "spec-a"), {})  # the same kind
     assert len(jobs) == 1
-    for t in (x.double(), x.transpose(1, 2)):  # another dtype, another layout
+    for t in (x.double(), x.transpose(1, 2)):  # another dtype, another layout (the same sizes)
         _tiered._submit_loading("filter_forward", (t, "spec-a"), {})
     _tiered._submit_loading("filter_forward", (x, "spec-b"), {})  # another spec
     assert len(jobs) == 4 and _tiered._queued[0] == 1200
@@ -308,7 +308,7 @@ def test_calls_made_while_the_engine_loads_are_rerun_once_per_kind(monkeypatch):
     y = torch.ones(2, 4, 4)
     _tiered._submit_loading("filter_forward", (y, [1, 2]), {"out": torch.empty(2, 4, 4)})
     key, job = jobs[-1]
-    assert key == ("replay", "filter_forward", ((torch.float32, 3, True), "list"), ())
+    assert key == ("replay", "filter_forward", ((torch.float32, (2, 4, 4), (16, 4, 1)), "list"), ())
     y.zero_()
     seen.clear()
     job()
@@ -330,3 +330,67 @@ def test_a_script_that_exits_after_its_first_call_leaves_its_kernels_cached(tmp_
     _run(code, tmp_path)
     cache = tmp_path / "numba-cache"
     assert any(p.suffix == ".nbc" for p in cache.rglob("*")), sorted(p.name for p in cache.rglob("*"))
+
+
+def test_reruns_keep_the_callers_layout_and_size():
+    """A rerun works on a copy with the call's own sizes and strides (a view with gaps, an
+    expanded one, an offset one), so it compiles the kernels of that layout; calls differing only
+    in sizes or strides are kinds of their own (sizes choose kernels too: Canny's bands, stencils
+    folded onto small planes)."""
+    base = torch.arange(2 * 12 * 10, dtype=torch.float64).view(2, 12, 10)
+    views = [base[:, ::3, 1::2], base[:1].expand(4, 12, 10), base[1], base.transpose(1, 2), base[:, 2:, 3:]]
+    for v in views:
+        (c,), _ = _tiered._replay_args((v,), {})
+        assert c.shape == v.shape and c.stride() == v.stride() and torch.equal(c, v)
+        assert c.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
+    keys = {_tiered._call_key("f", (v, "s"), {}) for v in views + [base[:, :6], base[:, :6].contiguous()]}
+    assert len(keys) == len(views) + 2
+    empty = torch.empty(0, 5)
+    (c,), _ = _tiered._replay_args((empty,), {})
+    assert c.shape == (0, 5) and _tiered._span(empty) == 0
+
+
+def test_concurrent_equal_calls_queue_one_rerun_and_keep_the_budget(monkeypatch):
+    import threading
+
+    jobs = []
+    monkeypatch.setattr(_tiered, "_submit_new", lambda key, job: jobs.append((key, job)) or True)
+    monkeypatch.setattr(_tiered, "_replayed", set())
+    monkeypatch.setattr(_tiered, "_queued", [0])
+    x = torch.rand(64, 64)
+    go = threading.Barrier(8)
+
+    def call():
+        go.wait()
+        _tiered._submit_rerun("filter_forward", (x, "spec"), {})
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(jobs) == 1 and _tiered._queued[0] == 64 * 64
+    monkeypatch.setattr(_tiered, "_loaded_cpu", lambda: False)
+    jobs[0][1]()
+    assert _tiered._queued[0] == 0
+
+
+def test_one_synchronize_readies_a_call_that_chains_kernels(tmp_path):
+    """A call that runs several kernels one after another (Canny: smoothing, gradients, the
+    edge pass) stops at the first that is not ready; its rerun then compiles the rest, so one
+    ``synchronize`` readies the whole call."""
+    out = _run("""
+        import torch
+        import torchfilters as tf
+        from torchfilters.backends import reference_canny
+        tf.gradient_magnitude(torch.rand(8, 8))  # (the engine loads with this call's rerun)
+        assert tf.backends.synchronize(timeout=600)
+        ran = []
+        edges = reference_canny.canny_edges
+        reference_canny.canny_edges = lambda *a, **k: ran.append(1) or edges(*a, **k)
+        x = torch.rand(96, 96)
+        first = tf.canny(x, sigma=1.5)
+        assert tf.backends.synchronize(timeout=600)
+        ran.clear()
+        again = tf.canny(x, sigma=1.5)
+        print("reference after one synchronize:", bool(ran), "same edges:", torch.equal(first, again))
+    """, tmp_path)
+    assert "reference after one synchronize: False" in out, out

@@ -6,11 +6,13 @@ disk cache (numba's import and registries, about half a second in a new process)
 
 * while the engine is not imported yet, the call runs on the ``reference`` engine (pure torch: the
   same semantics, within rounding) and one background thread imports numba and the engine, then
-  runs each kind of call made meanwhile once more there, on copies of its tensors (the result
+  runs each kind of call made meanwhile (its function, its tensors' dtypes, sizes and strides,
+  its other arguments) once more there, on copies of its tensors with their strides (the result
   dropped; not for calls of more than 4M elements), so that their kernels compile too;
 * when the engine's kernel for the call is not compiled yet, the engine stops before launching it
   (:class:`KernelNotReady`), the call runs on the reference engine, and the background thread
-  compiles that kernel, or loads it from the disk cache;
+  compiles that kernel, or loads it from the disk cache, then runs the call once more on copies
+  (once per kind of call: its later kernels, as in Canny's chain, compile too);
 * every later call whose kernels are ready runs on the fused engine;
 * a call the reference engine would take more than about a second over (a large rank filter, a
   wide Gaussian on a large batch: :func:`_reference_ns`) compiles its kernels in the call instead.
@@ -160,10 +162,29 @@ def _worker() -> None:
 _REPLAY_MAX = 1 << 22
 
 
+def _span(t: torch.Tensor) -> int:
+    """Elements of the storage a tensor's view reaches, from its first (0 when empty)."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+
+
 def _leaves_numel(args, kwargs) -> int:
-    """Elements of a call's tensor arguments (``out`` left out)."""
-    return sum(a.numel() for a in list(args) + [v for k, v in kwargs.items() if k != "out"]
+    """Elements the copies of a call's tensor arguments take (``out`` left out)."""
+    return sum(_span(a) for a in list(args) + [v for k, v in kwargs.items() if k != "out"]
                if isinstance(a, torch.Tensor))
+
+
+def _copy_view(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its sizes and strides (gaps, expanded dims and all): the storage span
+    the view reaches, copied, and the same view of it -- so that the rerun takes the kernels of
+    the call's own layout."""
+    t = t.detach()
+    n = _span(t)
+    if n == 0:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    flat = t.as_strided((n,), (1,), t.storage_offset()).clone()
+    return flat.as_strided(t.shape, t.stride(), 0)
 
 
 def _replay_args(args, kwargs):
@@ -172,7 +193,7 @@ def _replay_args(args, kwargs):
     kwargs = {k: v for k, v in kwargs.items() if k != "out"}
     tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
     with torch.no_grad():
-        copy = {id(t): t.detach().clone() for t in tensors}  # (layouts kept: the same kernels)
+        copy = {id(t): _copy_view(t) for t in tensors}
     return (tuple(copy.get(id(a), a) for a in args), {k: copy.get(id(v), v) for k, v in kwargs.items()})
 
 
@@ -192,12 +213,13 @@ _queued = [0]  # elements of the copies the queued reruns hold
 
 
 def _call_key(name, args, kwargs):
-    """What decides which kernels a call compiles: its engine function, the dtype, rank and
-    contiguity of its tensors, and its other arguments (specs are strings)."""
+    """What decides which kernels a call compiles: its engine function, the dtype, sizes and
+    strides of its tensors (layouts and sizes choose kernel variants: row layouts, Canny's bands,
+    stencils folded onto a small plane), and its other arguments (specs are strings)."""
 
     def one(a):
         if isinstance(a, torch.Tensor):
-            return (a.dtype, a.dim(), a.is_contiguous())
+            return (a.dtype, tuple(a.shape), a.stride())
         try:
             hash(a)
         except TypeError:
@@ -216,11 +238,12 @@ def _replay_job(name, args, kwargs):
         key = ("replay",) + _call_key(name, args, kwargs)
     except Exception:  # noqa: BLE001 -- an odd argument: its next call asks for its kernels
         return None
-    if key in _replayed or len(_replayed) >= _REPLAY_KINDS:
+    if key in _replayed:
         return None
     size = _leaves_numel(args, kwargs)
     with _cond:
-        if size > _REPLAY_MAX or _queued[0] + size > _REPLAY_BUDGET:
+        if (key in _replayed or len(_replayed) >= _REPLAY_KINDS or size > _REPLAY_MAX
+                or _queued[0] + size > _REPLAY_BUDGET):
             return None
         _queued[0] += size
         _replayed.add(key)
@@ -247,6 +270,13 @@ def _replay_job(name, args, kwargs):
     return key, job
 
 
+def _submit_rerun(name, args, kwargs) -> None:
+    """Queue a rerun of a call (:func:`_replay_job`), where one of its kind is not queued yet."""
+    rerun = _replay_job(name, args, kwargs)
+    if rerun is not None and _submit_new(*rerun) is None:
+        rerun[1]()  # (releases its copies: nothing runs)
+
+
 def _submit_loading(name, args, kwargs) -> bool:
     """A call while the engine is not imported: queue the import, with this call's rerun in the
     same job when it is the first (so that at interpreter exit, which finishes the job in hand,
@@ -270,7 +300,7 @@ def _submit_loading(name, args, kwargs) -> bool:
         if added or rerun is None:
             return True
     if rerun is not None and _submit_new(*rerun) is None:
-        rerun[1]()
+        rerun[1]()  # (releases its copies: nothing runs)
     return True
 
 
@@ -413,6 +443,9 @@ class _Tiered:
                 _FOREGROUND.reset(token)
             if _reference_ns(args) > _FALLBACK_NS:  # the reference engine would take longer than
                 return fn(*args, **kwargs)  # compiling: compile in the call (``wait``)
+            # the kernel that stopped the call is queued; a rerun of the whole call after it
+            # compiles the call's later kernels too (a chain such as Canny's)
+            _submit_rerun(name, args, kwargs)
         return _function("reference", name)(*args, **kwargs) if _FUNCTIONS[name] else None
 
 
