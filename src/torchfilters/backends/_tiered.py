@@ -236,11 +236,11 @@ def _replay_job(name, args, kwargs):
     call asks for their kernels): else None."""
     try:
         key = ("replay",) + _call_key(name, args, kwargs)
+        if key in _replayed:
+            return None
+        size = _leaves_numel(args, kwargs)
     except Exception:  # noqa: BLE001 -- an odd argument: its next call asks for its kernels
         return None
-    if key in _replayed:
-        return None
-    size = _leaves_numel(args, kwargs)
     with _cond:
         if (key in _replayed or len(_replayed) >= _REPLAY_KINDS or size > _REPLAY_MAX
                 or _queued[0] + size > _REPLAY_BUDGET):
