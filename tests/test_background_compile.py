@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import torch
@@ -304,17 +305,21 @@ def test_calls_made_while_the_engine_loads_are_rerun_once_per_kind(monkeypatch):
     jobs[0][1]()
     assert seen[0] == "import" and seen[1][0] == "cpu" and seen[1][1][1] == "spec-a"
     assert seen[1][1][0].abs().sum() > 0 and _tiered._queued[0] == 1800  # (a copy: x is zero now)
-    # an unhashable argument keys by its type; ``out`` is left out of the rerun
+    # an unhashable argument keys by its type; ``out`` by its layout, and the rerun writes into a
+    # new tensor of that layout
     y = torch.ones(2, 4, 4)
-    _tiered._submit_loading("filter_forward", (y, [1, 2]), {"out": torch.empty(2, 4, 4)})
+    out = torch.empty(2, 4, 8)[..., ::2]
+    _tiered._submit_loading("filter_forward", (y, [1, 2]), {"out": out})
     key, job = jobs[-1]
-    assert key == ("replay", "filter_forward", ((torch.float32, (2, 4, 4), (16, 4, 1)), "list"), ())
+    t = torch.float32
+    assert key == ("replay", "filter_forward", ((t, (2, 4, 4), (16, 4, 1)), "list"), (("out", (t, (2, 4, 4), (32, 8, 2))),))
     y.zero_()
     seen.clear()
     job()
     job()  # (once)
     (engine, (copy, arg), kwargs), = seen
-    assert engine == "cpu" and arg == [1, 2] and kwargs == {} and torch.equal(copy, torch.ones(2, 4, 4))
+    assert engine == "cpu" and arg == [1, 2] and torch.equal(copy, torch.ones(2, 4, 4))
+    assert list(kwargs) == ["out"] and kwargs["out"] is not out and kwargs["out"].stride() == out.stride()
     assert _tiered._queued[0] == 1800  # its copies released
 
 
@@ -351,8 +356,6 @@ def test_reruns_keep_the_callers_layout_and_size():
 
 
 def test_concurrent_equal_calls_queue_one_rerun_and_keep_the_budget(monkeypatch):
-    import threading
-
     jobs = []
     monkeypatch.setattr(_tiered, "_submit_new", lambda key, job: jobs.append((key, job)) or True)
     monkeypatch.setattr(_tiered, "_replayed", set())
@@ -362,7 +365,7 @@ def test_concurrent_equal_calls_queue_one_rerun_and_keep_the_budget(monkeypatch)
 
     def call():
         go.wait()
-        _tiered._submit_rerun("filter_forward", (x, "spec"), {})
+        _tiered._submit_rerun("filter_forward", (x, "spec"), {}, ("kernel", 1))
 
     threads = [threading.Thread(target=call) for _ in range(8)]
     [t.start() for t in threads]
@@ -394,3 +397,32 @@ def test_one_synchronize_readies_a_call_that_chains_kernels(tmp_path):
         print("reference after one synchronize:", bool(ran), "same edges:", torch.equal(first, again))
     """, tmp_path)
     assert "reference after one synchronize: False" in out, out
+
+
+def test_reruns_after_loading_go_by_the_missing_kernel(monkeypatch):
+    """After the engine is loaded, a call stopped by a kernel that is not ready queues one rerun
+    per such kernel, whatever its sizes (calls of many sizes do not use up the kinds), and past
+    the 256 kinds of the loading window."""
+    jobs = []
+    monkeypatch.setattr(_tiered, "_submit_new", lambda key, job: jobs.append((key, job)) or True)
+    monkeypatch.setattr(_tiered, "_replayed", {("kind", i) for i in range(_tiered._REPLAY_KINDS)})
+    monkeypatch.setattr(_tiered, "_queued", [0])
+    for n in range(5, 40):
+        _tiered._submit_rerun("rank_forward", (torch.rand(n, n), "spec"), {}, ("median", 1))
+    _tiered._submit_rerun("canny_fused", (torch.rand(9, 9),), {}, ("nms", 2))
+    assert [k for k, _ in jobs] == [("rerun", ("median", 1)), ("rerun", ("nms", 2))]
+
+
+def test_background_reruns_launch_serially(monkeypatch):
+    """In the background thread a launch runs every chunk there (a pool thread blocked in numba's
+    compiler lock would hold up foreground calls whose kernels are ready)."""
+    from torchfilters.backends.cpu import threads
+
+    calls = []
+    monkeypatch.setattr(_tiered, "_thread", threading.current_thread())
+    threads._launch(lambda it0, it1: calls.append((threading.current_thread().name, it0, it1)), (), 64, 2, False)
+    assert calls == [(threading.current_thread().name, 0, 64)]
+    monkeypatch.setattr(_tiered, "_thread", None)
+    calls.clear()
+    threads._launch(lambda it0, it1: calls.append((threading.current_thread().name, it0, it1)), (), 64, 2, False)
+    assert len(calls) > 1 and sum(b - a for _, a, b in calls) == 64

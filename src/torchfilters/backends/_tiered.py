@@ -12,7 +12,8 @@ disk cache (numba's import and registries, about half a second in a new process)
 * when the engine's kernel for the call is not compiled yet, the engine stops before launching it
   (:class:`KernelNotReady`), the call runs on the reference engine, and the background thread
   compiles that kernel, or loads it from the disk cache, then runs the call once more on copies
-  (once per kind of call: its later kernels, as in Canny's chain, compile too);
+  (once per missing kernel: the call's later kernels, as in Canny's chain, compile too; its
+  launches run serially there, so that no pool thread waits on the compiler);
 * every later call whose kernels are ready runs on the fused engine;
 * a call the reference engine would take more than about a second over (a large rank filter, a
   wide Gaussian on a large batch: :func:`_reference_ns`) compiles its kernels in the call instead.
@@ -55,7 +56,12 @@ CPU_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 class KernelNotReady(Exception):
     """Raised inside the CPU engine, in a call made through :data:`ENGINE`, where a kernel is not
-    compiled yet: the call runs on the reference engine instead (never seen by users)."""
+    compiled yet: the call runs on the reference engine instead (never seen by users).
+    ``kernel``: the missing kernel's key (dispatcher, signature)."""
+
+    def __init__(self, name, kernel=None):
+        super().__init__(name)
+        self.kernel = kernel
 
 
 #: set while a call made through ``ENGINE`` runs the fused engine in the calling thread: a kernel
@@ -113,6 +119,13 @@ def in_foreground() -> bool:
     return _FOREGROUND.get()
 
 
+def in_background() -> bool:
+    """Is this the background thread?  Its reruns launch serially: a chunk handed to the pool
+    would hold a pool thread in numba's compiler lock while the next kernel compiles, and a
+    foreground call with ready kernels would wait behind it."""
+    return threading.current_thread() is _thread
+
+
 #: (dispatcher, argument classes) whose kernel is compiled (``check_ready``)
 _ready: set = set()
 
@@ -127,7 +140,7 @@ def check_ready(dispatcher, args) -> None:
     sig = tuple(dispatcher.typeof_pyval(a) for a in args)
     if sig not in dispatcher.overloads:
         if _submit((id(dispatcher), sig), lambda: dispatcher.compile(sig)):
-            raise KernelNotReady(getattr(dispatcher, "__qualname__", repr(dispatcher)))
+            raise KernelNotReady(getattr(dispatcher, "__qualname__", repr(dispatcher)), (id(dispatcher), sig))
         return  # (its background compile failed: the pool's threads compile it, and raise)
     _ready.add(key)
 
@@ -170,9 +183,8 @@ def _span(t: torch.Tensor) -> int:
 
 
 def _leaves_numel(args, kwargs) -> int:
-    """Elements the copies of a call's tensor arguments take (``out`` left out)."""
-    return sum(_span(a) for a in list(args) + [v for k, v in kwargs.items() if k != "out"]
-               if isinstance(a, torch.Tensor))
+    """Elements the copies of a call's tensor arguments take (``out``'s stand-in included)."""
+    return sum(_span(a) for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor))
 
 
 def _copy_view(t: torch.Tensor) -> torch.Tensor:
@@ -189,12 +201,20 @@ def _copy_view(t: torch.Tensor) -> torch.Tensor:
 
 def _replay_args(args, kwargs):
     """Copies of a call's arguments for the background thread (a returned call never touches the
-    caller's tensors again: their storage may be gone), ``out`` left out."""
+    caller's tensors again: their storage may be gone); ``out`` becomes a new tensor of its
+    layout (an output's layout picks kernels too)."""
+    out = kwargs.get("out")
     kwargs = {k: v for k, v in kwargs.items() if k != "out"}
     tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
     with torch.no_grad():
         copy = {id(t): _copy_view(t) for t in tensors}
-    return (tuple(copy.get(id(a), a) for a in args), {k: copy.get(id(v), v) for k, v in kwargs.items()})
+    kwargs = {k: copy.get(id(v), v) for k, v in kwargs.items()}
+    if isinstance(out, torch.Tensor):
+        kwargs["out"] = torch.empty(_span(out), dtype=out.dtype, device=out.device).as_strided(
+            out.shape, out.stride(), 0)
+    elif out is not None:
+        kwargs["out"] = out
+    return tuple(copy.get(id(a), a) for a in args), kwargs
 
 
 def _load_engine() -> None:
@@ -226,23 +246,24 @@ def _call_key(name, args, kwargs):
             return type(a).__name__
         return a
 
-    return (name, tuple(one(a) for a in args), tuple((k, one(v)) for k, v in sorted(kwargs.items()) if k != "out"))
+    return (name, tuple(one(a) for a in args), tuple((k, one(v)) for k, v in sorted(kwargs.items())))
 
 
-def _replay_job(name, args, kwargs):
+def _replay_job(name, args, kwargs, kernel=None):
     """``(key, job)``: a rerun of a call on copies of its arguments (the result dropped), so that
-    its kernels compile once the engine is imported -- one per kind of call (:func:`_call_key`),
-    none for calls of more than 4M elements nor while the copies queued hold 16M (their next
-    call asks for their kernels): else None."""
+    its kernels compile once the engine is imported -- one per kind of call (:func:`_call_key`;
+    at most 256 kinds), or with ``kernel`` (the key of the kernel that stopped a call) one per
+    such kernel; none for calls of more than 4M elements nor while the copies queued hold 16M
+    (their next call asks for their kernels): else None."""
     try:
-        key = ("replay",) + _call_key(name, args, kwargs)
+        key = ("rerun", kernel) if kernel is not None else ("replay",) + _call_key(name, args, kwargs)
         if key in _replayed:
             return None
         size = _leaves_numel(args, kwargs)
     except Exception:  # noqa: BLE001 -- an odd argument: its next call asks for its kernels
         return None
     with _cond:
-        if (key in _replayed or len(_replayed) >= _REPLAY_KINDS or size > _REPLAY_MAX
+        if (key in _replayed or (kernel is None and len(_replayed) >= _REPLAY_KINDS) or size > _REPLAY_MAX
                 or _queued[0] + size > _REPLAY_BUDGET):
             return None
         _queued[0] += size
@@ -270,9 +291,10 @@ def _replay_job(name, args, kwargs):
     return key, job
 
 
-def _submit_rerun(name, args, kwargs) -> None:
-    """Queue a rerun of a call (:func:`_replay_job`), where one of its kind is not queued yet."""
-    rerun = _replay_job(name, args, kwargs)
+def _submit_rerun(name, args, kwargs, kernel) -> None:
+    """Queue a rerun of a call that ``kernel`` stopped (:func:`_replay_job`), where none is queued
+    for that kernel yet."""
+    rerun = _replay_job(name, args, kwargs, kernel)
     if rerun is not None and _submit_new(*rerun) is None:
         rerun[1]()  # (releases its copies: nothing runs)
 
@@ -354,10 +376,11 @@ def synchronize(timeout: float | None = None) -> bool:
     Under ``backend="auto"`` a call whose fused CPU kernel is not compiled yet runs on the
     reference engine while a background thread compiles (or loads) the kernel; this waits until
     that thread has done what the calls so far asked for, so that calls like them run on the
-    fused engine.  (Calls made while the engine is still being imported have the thread run
-    them again afterwards, so their kernels compile too -- unless their tensors hold more than
-    4M elements: then the next such call asks for them.)  With nothing queued it returns at
-    once.
+    fused engine.  (Each kind of call made while the engine is still being imported, and each
+    call stopped by a kernel that is not ready, has the thread run it again afterwards on copies,
+    so that all its kernels compile -- except calls whose tensors span more than 4M elements,
+    calls made while the queued copies span 16M, and kinds past the 256th of the loading
+    window: the next such call asks for its kernels.)  With nothing queued it returns at once.
 
     Args:
         timeout: seconds to wait at most; ``None`` waits as long as it takes.
@@ -435,17 +458,18 @@ class _Tiered:
         if cpu:
             fn = _function("cpu", name)
             token = _FOREGROUND.set(True)
+            missing = None
             try:
                 return fn(*args, **kwargs)
-            except KernelNotReady:
-                pass
+            except KernelNotReady as e:
+                missing = e.kernel
             finally:
                 _FOREGROUND.reset(token)
             if _reference_ns(args) > _FALLBACK_NS:  # the reference engine would take longer than
                 return fn(*args, **kwargs)  # compiling: compile in the call (``wait``)
             # the kernel that stopped the call is queued; a rerun of the whole call after it
             # compiles the call's later kernels too (a chain such as Canny's)
-            _submit_rerun(name, args, kwargs)
+            _submit_rerun(name, args, kwargs, missing)
         return _function("reference", name)(*args, **kwargs) if _FUNCTIONS[name] else None
 
 
@@ -512,7 +536,7 @@ def guard_compile(dispatcher_class) -> None:
         if _FOREGROUND.get():
             sig = tuple(self.typeof_pyval(a) for a in args)
             if _submit((id(self), sig), lambda: self.compile(sig)):
-                raise KernelNotReady(getattr(self, "__qualname__", repr(self)))
+                raise KernelNotReady(getattr(self, "__qualname__", repr(self)), (id(self), sig))
         return original(self, *args, **kws)
 
     _compile_for_args._torchfilters_guard = True

@@ -48,7 +48,7 @@ def _launch(fn, args, nitems, nthreads, serial):
     from a shared counter (a core busy elsewhere slows its thread, not the call).
     This replaces numba's ``parallel=True``: its parfor wrapper re-optimises the
     whole inlined kernel and tripled the first-call compile time."""
-    if serial or nthreads == 1 or nitems == 1:
+    if serial or nthreads == 1 or nitems == 1 or _tiered.in_background():
         fn(*args, 0, nitems)
         return
     if _tiered.in_foreground():  # an auto call, which must not compile (``_tiered``)
