@@ -352,7 +352,7 @@ def test_reruns_keep_the_callers_layout_and_size():
     assert len(keys) == len(views) + 2
     empty = torch.empty(0, 5)
     (c,), _ = _tiered._replay_args((empty,), {})
-    assert c.shape == (0, 5) and _tiered._span(empty) == 0
+    assert c.shape == (0, 5) and _tiered.extent(empty.shape, empty.stride()) == 0
 
 
 def test_concurrent_equal_calls_queue_one_rerun_and_keep_the_budget(monkeypatch):

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from . import _spec
 from .backends import resolve
+from .backends._layout import extent
 
 _LIB = "torchfilters"
 
@@ -39,8 +40,7 @@ def _engine(backend: str, x: Tensor):
 def _span(t: Tensor):
     """Bytes ``[first, last)`` that ``t``'s elements occupy (torch strides are never negative)."""
     first = t.data_ptr()
-    extent = sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1
-    return first, first + extent * t.element_size()
+    return first, first + extent(t.shape, t.stride()) * t.element_size()
 
 
 def _may_alias(a: Tensor, b: Tensor) -> bool:

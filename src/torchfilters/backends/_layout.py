@@ -11,6 +11,20 @@ from __future__ import annotations
 from typing import Optional, Sequence, Tuple
 
 
+def extent(sizes: Sequence[int], strides: Sequence[int]) -> int:
+    """Elements from a view's first to one past its last (strides are never negative in torch):
+    the storage span the view reaches; 0 when it is empty.
+
+    >>> extent((3, 4), (8, 2))
+    23
+    >>> extent((0, 4), (4, 1))
+    0
+    """
+    if 0 in sizes:
+        return 0
+    return 1 + sum((n - 1) * st for n, st in zip(sizes, strides))
+
+
 def collapse_planes(sizes: Sequence[int], strides: Sequence[int]) -> Optional[Tuple[int, int, int]]:
     """Leading ``sizes``/``strides`` -> ``(n1, s0, s1)`` with plane ``p`` at
     ``(p // n1) * s0 + (p % n1) * s1``, or ``None`` when they do not collapse to two strides.

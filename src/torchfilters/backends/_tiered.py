@@ -45,6 +45,7 @@ import threading
 import torch
 
 from .._spec import BlurSpec, FilterSpec, RankSpec
+from ._layout import extent
 
 __all__ = ["COMPILE_MODES", "KernelNotReady", "synchronize", "waiting"]
 
@@ -175,16 +176,10 @@ def _worker() -> None:
 _REPLAY_MAX = 1 << 22
 
 
-def _span(t: torch.Tensor) -> int:
-    """Elements of the storage a tensor's view reaches, from its first (0 when empty)."""
-    if t.numel() == 0:
-        return 0
-    return 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
-
-
 def _leaves_numel(args, kwargs) -> int:
     """Elements the copies of a call's tensor arguments take (``out``'s stand-in included)."""
-    return sum(_span(a) for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor))
+    tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
+    return sum(extent(t.shape, t.stride()) for t in tensors)
 
 
 def _copy_view(t: torch.Tensor) -> torch.Tensor:
@@ -192,7 +187,7 @@ def _copy_view(t: torch.Tensor) -> torch.Tensor:
     the view reaches, copied, and the same view of it -- so that the rerun takes the kernels of
     the call's own layout."""
     t = t.detach()
-    n = _span(t)
+    n = extent(t.shape, t.stride())
     if n == 0:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
     flat = t.as_strided((n,), (1,), t.storage_offset()).clone()
@@ -209,11 +204,8 @@ def _replay_args(args, kwargs):
     with torch.no_grad():
         copy = {id(t): _copy_view(t) for t in tensors}
     kwargs = {k: copy.get(id(v), v) for k, v in kwargs.items()}
-    if isinstance(out, torch.Tensor):
-        kwargs["out"] = torch.empty(_span(out), dtype=out.dtype, device=out.device).as_strided(
-            out.shape, out.stride(), 0)
-    elif out is not None:
-        kwargs["out"] = out
+    if out is not None:
+        kwargs["out"] = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=out.device)
     return tuple(copy.get(id(a), a) for a in args), kwargs
 
 

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from ..._spec import FilterSpec
 from .._direct3 import direct_plan, modes3
-from .._layout import collapse_planes
+from .._layout import collapse_planes, extent
 from .._lowering import lower
 from . import LAUNCHES, _device  # (imported once the package defines them)
 from .plan import _MODES, single_fold
@@ -186,7 +186,7 @@ def _grad3_kernel(x_ptr, o_ptr, D, H, W, n1, s0, s1, sD, sH, sW, on1, os0, os1, 
 
 def _plane_span(t):
     """The largest element offset within one plane of ``t`` (its last two dims), plus one."""
-    return 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape[-2:], t.stride()[-2:]))
+    return extent(t.shape[-2:], t.stride()[-2:])
 
 
 def _lead(t, nd):
