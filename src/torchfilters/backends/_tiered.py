@@ -283,12 +283,16 @@ def _replay_job(name, args, kwargs, kernel=None):
     return key, job
 
 
+def _queue(rerun) -> None:
+    """Queue a :func:`_replay_job` (None: nothing); where no thread can run, release its copies."""
+    if rerun is not None and _submit_new(*rerun) is None:
+        rerun[1]()  # (nothing runs: the engine is not loaded, or the job already ran)
+
+
 def _submit_rerun(name, args, kwargs, kernel) -> None:
     """Queue a rerun of a call that ``kernel`` stopped (:func:`_replay_job`), where none is queued
     for that kernel yet."""
-    rerun = _replay_job(name, args, kwargs, kernel)
-    if rerun is not None and _submit_new(*rerun) is None:
-        rerun[1]()  # (releases its copies: nothing runs)
+    _queue(_replay_job(name, args, kwargs, kernel))
 
 
 def _submit_loading(name, args, kwargs) -> bool:
@@ -313,8 +317,7 @@ def _submit_loading(name, args, kwargs) -> bool:
             return False
         if added or rerun is None:
             return True
-    if rerun is not None and _submit_new(*rerun) is None:
-        rerun[1]()  # (releases its copies: nothing runs)
+    _queue(rerun)
     return True
 
 
