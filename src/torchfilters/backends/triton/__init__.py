@@ -16,7 +16,8 @@ Modules:
 * :mod:`.chain`: stencils of three axes (and per-axis modes) as chains of plane launches;
 * :mod:`.rank`, :mod:`.canny`: rank filters and Canny.
 
-``benchmarks/gpu.py --compile-only`` compiles every variant for sm_90 without a GPU.
+``benchmarks/gpu_check.py --compile-only`` compiles every kernel family for sm_90 without a GPU;
+``benchmarks/gpu_check.py`` checks them on a GPU against the reference engine.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import os
 from types import SimpleNamespace
 
 import torch
+import triton
 
 from ..._spec import BlurSpec, FilterSpec
 from ..._validate import compute_dtype
@@ -106,6 +108,25 @@ def _check_out(out, shape, dtype, device, inputs):
 def _fallback(name, *args, **kw):
     FALLBACKS[name] += 1
     return getattr(_ref, name)(*args, **kw)
+
+def _triton_version():
+    try:
+        return tuple(int(v) for v in triton.__version__.split(".")[:2])
+    except (AttributeError, ValueError):  # (a development build: assume it is recent)
+        return (99, 0)
+
+
+#: Triton 3.6-3.8 abort on the general backward kernel's border bands (``footprint._expand``,
+#: a ``tl.gather``): their ``TritonGPUOptimizeThreadLocality`` pass asserts that the gather is
+#: warp-local.  There, a backward that places bands of more than one row or column (a stencil
+#: that reaches past the plane's border by more than one tile row or column) runs on the
+#: reference engine, counted in ``FALLBACKS``.
+GATHER_BANDS = _triton_version() >= (3, 9)
+
+
+def _bands_compile(plan) -> bool:
+    return GATHER_BANDS or not ((plan.SY and plan.BBY > 1) or (plan.SX and plan.BBX > 1))
+
 
 def _safe_offsets(*ts):
     for t in ts:
@@ -277,7 +298,7 @@ def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
     if _rows_backward(grad, x, None, gin, spec, NP, H, W, spec.cval, 0.0, (0, 0, 0, 0), False):
         return gin  # (no device table, nothing but the result allocated)
     plan = _lower(spec, H, W, NP, x.dtype, x.device, None)
-    if plan is None:
+    if plan is None or not _bands_compile(plan):
         return _fallback("filter_backward", grad, x, spec, out=out)
     epi = _EPILOGUES[spec.epilogue]
     u = None
@@ -331,7 +352,7 @@ def _blur_backward_planes(grad, x, mask, spec: BlurSpec, threshold: float, out=N
                                               spec.keep_border):
         return gin
     plan = _lower(spec, H, W, NP, x.dtype, x.device, thr)
-    if plan is None:
+    if plan is None or not _bands_compile(plan):
         return _fallback("blur_backward", grad, x, mask, spec, threshold, out=out)
     mask = m
     u = None

@@ -14,6 +14,16 @@ import triton
 import triton.language as tl
 
 
+@triton.constexpr_function
+def _item(t, *index):
+    """``t[i][j]...`` of a constexpr tuple, as a constexpr.  Triton 3.6 turns a plain subscript that
+    yields a tuple holding tuples into a ``tl.tuple``, which it cannot build (``'tuple' object has
+    no attribute 'type'``), so a pass taken out of a stencil description goes through here."""
+    for i in index:
+        t = t[i]
+    return t
+
+
 @triton.jit
 def _inside(j, n):
     return (j >= 0) & (j < n)

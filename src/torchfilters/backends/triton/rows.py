@@ -48,7 +48,7 @@ import triton.language as tl
 from ..._spec import BlurSpec, FilterSpec
 from .._lowering import lower, pass_entries
 from .plan import _MODES, _np2, single_fold
-from .prims import _any, _atan2, _fold, _mag_bad, _mag_scaled, _sqrt
+from .prims import _any, _atan2, _fold, _item, _mag_bad, _mag_scaled, _sqrt
 
 #: the largest reach of a pass along the columns / rows handled here
 _MAX_REACH = 8
@@ -175,21 +175,21 @@ def _stencil_row(hist, hh, o: tl.constexpr, ST: tl.constexpr, LX: tl.constexpr, 
             out = out + (hist[o + LY][LX + k],)
     elif ORDER == 1:
         for k in tl.static_range(VEC):
-            out = out + (_pass(hist[o + LY], LX + k, ST[1], ACC),)
+            out = out + (_pass(hist[o + LY], LX + k, _item(ST, 1), ACC),)
     elif ORDER == 2:
         for k in tl.static_range(VEC):
-            out = out + (_pass(_column(hist, o, LX + k), LY, ST[1], ACC),)
+            out = out + (_pass(_column(hist, o, LX + k), LY, _item(ST, 1), ACC),)
     elif ORDER == 3:
         for k in tl.static_range(VEC):
-            out = out + (_pass(_column(hh, o, k), LY, ST[2], ACC),)
+            out = out + (_pass(_column(hh, o, k), LY, _item(ST, 2), ACC),)
     else:  # vertical at every column the horizontal pass reads, then horizontal
-        P2: tl.constexpr = ST[2]
+        P2: tl.constexpr = _item(ST, 2)
         JLO: tl.constexpr = ST[3]
         JHI: tl.constexpr = ST[4]
         v = ()
         for j in tl.static_range(LX + VEC + HX):
             if (j >= JLO) and (j <= JHI):
-                s = _pass(_column(hist, o, j), LY, ST[1], ACC)
+                s = _pass(_column(hist, o, j), LY, _item(ST, 1), ACC)
                 if MODE == 4:  # SciPy pads the first pass's result with cval
                     if j < LX:
                         s = tl.where(okx[LX - 1 - j], s, cval)
@@ -211,7 +211,7 @@ def _h_first(row, rin, ST: tl.constexpr, LX: tl.constexpr, VEC: tl.constexpr, cv
     out = ()
     if ST[0] == 3:
         for k in tl.static_range(VEC):
-            h = _pass(row, LX + k, ST[1], ACC)
+            h = _pass(row, LX + k, _item(ST, 1), ACC)
             if MODE == 4:
                 h = tl.where(rin, h, cval)
             out = out + (h,)

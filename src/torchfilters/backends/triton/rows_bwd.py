@@ -42,7 +42,7 @@ import triton.language as tl
 
 from .footprint import _u_from_y
 from .plan import _MODES, single_fold
-from .prims import _any, _div, _fold
+from .prims import _any, _div, _fold, _item
 from .rows import (_DIR, _MAG, RowsPlan, _bits, _drop, _fits, _from_bits, _h_first, _join, _load_row,
                    _off_root, _plane, _reach, _root, _side_columns, _stencil_const, _stencil_row, _strided, _tile,
                    _to_out, _vec, _with_columns, epilogue_of, lanes, needs_i64, strip_rows)
@@ -67,8 +67,8 @@ def _ring_sum(u, TM: tl.constexpr, ACC: tl.constexpr):
 def _ring_at(acc, u, RING: tl.constexpr, k: tl.constexpr, where, ACC: tl.constexpr):
     """``acc`` plus, where ``where``, the terms of ``RING`` that target column ``k``."""
     for e in tl.static_range(len(RING)):
-        if RING[e][0] == k:
-            acc = acc + tl.where(where, _ring_sum(u, RING[e][1], ACC), 0.0)
+        if _item(RING, e, 0) == k:
+            acc = acc + tl.where(where, _ring_sum(u, _item(RING, e, 1), ACC), 0.0)
     return acc
 
 
@@ -79,8 +79,8 @@ def _hadj(u, TP: tl.constexpr, HX: tl.constexpr, VEC: tl.constexpr, left, right,
     ``((target, ((index, weight), ...)), ...)``, added where the chunk starts (ends) the row."""
     OFF: tl.constexpr = TP[1]
     WS: tl.constexpr = TP[2]
-    LR: tl.constexpr = TP[3]
-    RR: tl.constexpr = TP[4]
+    LR: tl.constexpr = _item(TP, 3)
+    RR: tl.constexpr = _item(TP, 4)
     out = ()
     for k in tl.static_range(VEC):
         if TP[0]:
@@ -110,8 +110,8 @@ def _vadj(rows, TP: tl.constexpr, HY: tl.constexpr, VEC: tl.constexpr, ro, H, AC
     :func:`_hadj`, their targets rows ``t`` (top) and ``H - 1 - t`` (bottom) of the plane."""
     OFF: tl.constexpr = TP[1]
     WS: tl.constexpr = TP[2]
-    TR: tl.constexpr = TP[3]
-    BR: tl.constexpr = TP[4]
+    TR: tl.constexpr = _item(TP, 3)
+    BR: tl.constexpr = _item(TP, 4)
     out = ()
     for k in tl.static_range(VEC):
         if TP[0]:
@@ -120,9 +120,9 @@ def _vadj(rows, TP: tl.constexpr, HY: tl.constexpr, VEC: tl.constexpr, ro, H, AC
             for t in tl.static_range(1, len(OFF)):
                 acc = acc + col[HY - OFF[t]] * tl.full((), WS[t], ACC)
             for e in tl.static_range(len(TR)):
-                acc = acc + tl.where(ro == TR[e][0], _ring_sum(col, TR[e][1], ACC), 0.0)
+                acc = acc + tl.where(ro == _item(TR, e, 0), _ring_sum(col, _item(TR, e, 1), ACC), 0.0)
             for e in tl.static_range(len(BR)):
-                acc = acc + tl.where(ro == H - 1 - BR[e][0], _ring_sum(col, BR[e][1], ACC), 0.0)
+                acc = acc + tl.where(ro == H - 1 - _item(BR, e, 0), _ring_sum(col, _item(BR, e, 1), ACC), 0.0)
         else:
             acc = rows[HY][k]
         out = out + (acc,)
@@ -137,7 +137,7 @@ def _first_adj(u, T: tl.constexpr, HX: tl.constexpr, VEC: tl.constexpr, left, ri
     if T[2]:
         return u
     else:
-        return _hadj(u, T[0], HX, VEC, left, right, ACC)
+        return _hadj(u, _item(T, 0), HX, VEC, left, right, ACC)
 
 
 @triton.jit
@@ -145,9 +145,9 @@ def _second_adj(rows, T: tl.constexpr, HX: tl.constexpr, HY: tl.constexpr, VEC: 
                 right, ACC: tl.constexpr):
     """One stencil's input-gradient row from the window (see :func:`_first_adj`)."""
     if T[2]:
-        return _hadj(_vadj(rows, T[1], HY, len(rows[0]), ro, H, ACC), T[0], HX, VEC, left, right, ACC)
+        return _hadj(_vadj(rows, _item(T, 1), HY, len(rows[0]), ro, H, ACC), _item(T, 0), HX, VEC, left, right, ACC)
     else:
-        return _vadj(rows, T[1], HY, VEC, ro, H, ACC)
+        return _vadj(rows, _item(T, 1), HY, VEC, ro, H, ACC)
 
 
 @triton.jit
