@@ -194,6 +194,7 @@ def timings(device, quick):
     print(f"\ncopy bandwidth (dst.copy_(src), 1 GiB): {copy_bw:.0f} GB/s  [{torch.cuda.get_device_name(device)}]")
     print(f"  {'case':34s} {'implementation':30s} {'time':>12s} {'achieved':>13s} {'':>16s}  vs slicing")
     K = kornia_ops()
+    more_timings(device, quick, rep, copy_bw)  # (first: the N-D cases' targets)
 
     # 1. gradient magnitude, the CNN-activation case
     shape = (1000, 128, 28, 28) if not quick else (100, 128, 28, 28)
@@ -266,9 +267,6 @@ def timings(device, quick):
     if K:
         row(case, "kornia gaussian_blur2d", bench(lambda: K["gauss"](x), rep), nb, copy_bw)
     row(case, "torchfilters triton", bench(lambda: tf.gaussian_filter(x, 2.0, backend="triton"), rep), nb, copy_bw)
-    del x
-    torch.cuda.empty_cache()
-    more_timings(device, quick, rep, copy_bw)
 
 
 def conv3d_sobel_magnitude(x):
