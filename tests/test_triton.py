@@ -672,3 +672,45 @@ def test_outputs_whose_batch_dims_do_not_collapse(T):
     out = torch.full_like(x, float("nan")).to(memory_format=torch.channels_last_3d)
     assert T.filter_backward(g, x, spec, out) is out
     close(out, backends.get("reference").filter_backward(g, x, spec), 1e-12, "backward")
+
+
+def test_gathered_bands_fall_back_where_triton_cannot_compile_them(T, monkeypatch):
+    """Triton 3.5-3.8 abort compiling the general backward's gathered border bands
+    (``footprint._expand``); there (``GATHER_BANDS`` false) that backward runs on the reference
+    engine, counted in ``FALLBACKS``, with the reference's values; elsewhere on the kernel."""
+    x = rand(1, 2, 12, 13, seed=3)
+    w = rand(5, 4, seed=4)
+    gy = rand(1, 2, 12, 13, seed=5)
+
+    def grad(backend):
+        xx = x.clone().requires_grad_(True)
+        y = tf.correlate(xx, w, origin=(1, -1), mode="reflect", backend=backend)
+        return torch.autograd.grad(y, xx, gy)[0]
+
+    want = grad("reference")
+    for gather in (True, False):
+        monkeypatch.setattr(T, "GATHER_BANDS", gather)
+        launched, fell = T.LAUNCHES["bwd"], T.FALLBACKS["filter_backward"]
+        got = grad("triton")
+        assert (T.LAUNCHES["bwd"] - launched, T.FALLBACKS["filter_backward"] - fell) == ((1, 0) if gather else (0, 1))
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_too_old_triton_is_a_clear_unavailable_engine():
+    """A Triton older than the kernels need (3.5: ``triton.constexpr_function``) leaves the
+    engine unavailable with a message naming both versions, not an AttributeError in a call."""
+    import subprocess
+
+    code = (
+        "import triton; triton.__version__ = '3.4.0'\n"
+        "import torch, torchfilters as tf\n"
+        "from torchfilters import backends\n"
+        "assert backends.get('triton') is None\n"
+        "try:\n"
+        "    tf.gradient_magnitude(torch.rand(1, 1, 8, 8), backend='triton')\n"
+        "except backends.BackendUnavailableError as e:\n"
+        "    print(e)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "needs triton >= 3.5; found 3.4.0" in res.stdout

@@ -31,6 +31,20 @@ from types import SimpleNamespace
 import torch
 import triton
 
+
+def _triton_version():
+    try:
+        return tuple(int(v) for v in triton.__version__.split(".")[:2])
+    except (AttributeError, ValueError):  # (a development build: assume it is recent)
+        return (99, 0)
+
+
+#: the oldest Triton the kernels compile with (``triton.constexpr_function``: 3.5)
+MIN_TRITON = (3, 5)
+if _triton_version() < MIN_TRITON:
+    raise ImportError(f"the Triton engine needs triton >= {'.'.join(map(str, MIN_TRITON))}; "
+                      f"found {getattr(triton, '__version__', '?')}")
+
 from ..._spec import BlurSpec, FilterSpec
 from ..._validate import compute_dtype
 from .. import reference as _ref
@@ -109,14 +123,7 @@ def _fallback(name, *args, **kw):
     FALLBACKS[name] += 1
     return getattr(_ref, name)(*args, **kw)
 
-def _triton_version():
-    try:
-        return tuple(int(v) for v in triton.__version__.split(".")[:2])
-    except (AttributeError, ValueError):  # (a development build: assume it is recent)
-        return (99, 0)
-
-
-#: Triton 3.6-3.8 abort on the general backward kernel's border bands (``footprint._expand``,
+#: Triton 3.5-3.8 abort on the general backward kernel's border bands (``footprint._expand``,
 #: a ``tl.gather``): their ``TritonGPUOptimizeThreadLocality`` pass asserts that the gather is
 #: warp-local.  There, a backward that places bands of more than one row or column (a stencil
 #: that reaches past the plane's border by more than one tile row or column) runs on the
