@@ -675,7 +675,7 @@ def test_outputs_whose_batch_dims_do_not_collapse(T):
 
 
 def test_gathered_bands_fall_back_where_triton_cannot_compile_them(T, monkeypatch):
-    """Triton 3.5-3.8 abort compiling the general backward's gathered border bands
+    """Triton 3.6-3.8 abort compiling the general backward's gathered border bands
     (``footprint._expand``); there (``GATHER_BANDS`` false) that backward runs on the reference
     engine, counted in ``FALLBACKS``, with the reference's values; elsewhere on the kernel."""
     x = rand(1, 2, 12, 13, seed=3)
@@ -697,7 +697,7 @@ def test_gathered_bands_fall_back_where_triton_cannot_compile_them(T, monkeypatc
 
 
 def test_too_old_triton_is_a_clear_unavailable_engine():
-    """A Triton older than the kernels need (3.5: ``triton.constexpr_function``) leaves the
+    """A Triton older than the kernels need (3.6: 3.5's compiler aborts on several) leaves the
     engine unavailable with a message naming both versions, not an AttributeError in a call."""
     import subprocess
 
@@ -713,4 +713,4 @@ def test_too_old_triton_is_a_clear_unavailable_engine():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "needs triton >= 3.5; found 3.4.0" in res.stdout
+    assert "needs triton >= 3.6; found 3.4.0" in res.stdout

@@ -39,8 +39,9 @@ def _triton_version():
         return (99, 0)
 
 
-#: the oldest Triton the kernels compile with (``triton.constexpr_function``: 3.5)
-MIN_TRITON = (3, 5)
+#: the oldest Triton the kernels compile with (3.5's compiler aborts on several of them; 3.4 has no
+#: ``triton.constexpr_function``)
+MIN_TRITON = (3, 6)
 if _triton_version() < MIN_TRITON:
     raise ImportError(f"the Triton engine needs triton >= {'.'.join(map(str, MIN_TRITON))}; "
                       f"found {getattr(triton, '__version__', '?')}")
@@ -123,7 +124,7 @@ def _fallback(name, *args, **kw):
     FALLBACKS[name] += 1
     return getattr(_ref, name)(*args, **kw)
 
-#: Triton 3.5-3.8 abort on the general backward kernel's border bands (``footprint._expand``,
+#: Triton 3.6-3.8 abort on the general backward kernel's border bands (``footprint._expand``,
 #: a ``tl.gather``): their ``TritonGPUOptimizeThreadLocality`` pass asserts that the gather is
 #: warp-local.  There, a backward that places bands of more than one row or column (a stencil
 #: that reaches past the plane's border by more than one tile row or column) runs on the
