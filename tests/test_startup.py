@@ -265,3 +265,54 @@ def test_processes_saving_kernels_at_once_keep_every_entry(tmp_path, locked):
     else:
         assert len(index) == 1, index  # the race the lock closes (if numba fixes it, drop this case)
     assert caching.IndexDataCacheFile is cache._Locked
+
+
+_TWIN = r"""
+import os, sys, time
+import numba.core.event as ev
+import torch, torchfilters as tf
+from torchfilters import backends
+
+backends.get("cpu")
+depth, compiled = [0], set()
+
+class Top(ev.Listener):  # the compiles this process starts itself (depth 0)
+    def on_start(self, e):
+        if depth[0] == 0:
+            f = e.data["dispatcher"].py_func
+            cells = tuple(c.cell_contents for c in f.__closure__ or ())
+            compiled.add(f"{f.__module__}.{f.__qualname__}{cells}{tuple(e.data['args'])}")
+        depth[0] += 1
+
+    def on_end(self, e):
+        depth[0] -= 1
+
+ev.register("numba:compile", Top())
+print("ready", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.01)
+tf.gradient_magnitude(torch.rand(2, 9, 9), operator="sobel", backend="cpu")
+for k in sorted(compiled):
+    print("compiled", k)
+"""
+
+
+def test_processes_compile_each_kernel_once_between_them(tmp_path):
+    """Two processes that miss an empty cache at the same moment compile each kernel once
+    between them: the second waits for the first's save and loads it (``cache._Locked``),
+    instead of both compiling (DataLoader / dask / xdist workers started together)."""
+    pytest.importorskip("numba")
+    script = tmp_path / "twin.py"
+    script.write_text(_TWIN)
+    go = tmp_path / "go"
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"), TORCHFILTERS_COMPILE="wait")
+    procs = [subprocess.Popen([sys.executable, str(script), str(go)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    go.write_text("")
+    outs = [p.communicate(timeout=900) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e[-3000:] for _, e in outs]
+    sets = [{line for line in o.splitlines() if line.startswith("compiled")} for o, _ in outs]
+    assert sets[0] | sets[1], "nothing was compiled: the cache was not empty"
+    assert not sets[0] & sets[1], sorted(sets[0] & sets[1])

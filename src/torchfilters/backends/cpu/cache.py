@@ -15,8 +15,13 @@ Locations, first that works (numba's own order, for this package's files only):
 
 ``torchfilters warmup`` compiles every kernel into that location and prints it.
 
-Processes that share the cache (DataLoader workers, dask workers, pytest-xdist workers) save and
-load under a file lock (``_Locked``).  numba's own index update is a read-modify-write of one file
+Processes that share the cache (DataLoader workers, dask workers, pytest-xdist workers) compile
+each kernel once between them: a process that misses the cache takes that kernel's
+``<index>.<key>.compiling`` lock before compiling it, and one that misses while another holds
+it waits, then loads what the other saved (``_Locked.load``).  A thread holds one such lock at
+a time (the kernels a compile pulls in are not locked: no lock is awaited while one is held),
+releases it once the kernel is saved or its compile fails, and ``flock`` releases it if the
+process dies.  They save and load under a file lock too (``_Locked``).  numba's own index update is a read-modify-write of one file
 per function, which every closure of a kernel factory (the direct kernels) shares: two processes
 saving at once lost one entry (that kernel compiled again in the next process), and a process
 loading between another's index and data writes could read a stale data file of an older source
@@ -29,6 +34,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import threading
 
 try:
     import fcntl
@@ -110,12 +116,67 @@ class _Locked(caching.IndexDataCacheFile):
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def save(self, key, data):
-        with self._lock(fcntl.LOCK_EX if fcntl else 0):
-            super().save(key, data)
+        try:
+            with self._lock(fcntl.LOCK_EX if fcntl else 0):
+                super().save(key, data)
+        finally:
+            if getattr(_held, "key", None) == (self._index_path, key):
+                _release_compile_lock()
 
     def load(self, key):
         with self._lock(fcntl.LOCK_SH if fcntl else 0):
-            return super().load(key)
+            data = super().load(key)
+        if data is not None or fcntl is None or self._source_stamp != source_stamp():
+            return data
+        if getattr(_held, "f", None) is not None:  # (inside this thread's compile of another kernel)
+            return None
+        name = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+        try:
+            f = open(f"{self._index_path}.{name}.compiling", "a+b")
+        except OSError:  # a read-only cache folder: compile here
+            return None
+        fcntl.flock(f, fcntl.LOCK_EX)  # (another process compiling it: wait for its save)
+        with self._lock(fcntl.LOCK_SH):
+            data = super().load(key)
+        if data is not None:
+            fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
+            return data
+        _held.f, _held.key = f, (self._index_path, key)  # this thread compiles it: released by
+        return None  # its ``save``, or when its compile fails
+
+
+#: the compile lock a thread holds (``_Locked.load``)
+_held = threading.local()
+
+
+def _release_compile_lock():
+    f = getattr(_held, "f", None)
+    if f is not None:
+        _held.f = _held.key = None
+        try:
+            fcntl.flock(f, fcntl.LOCK_UN)
+        finally:
+            f.close()
+
+
+def _compile_listener():
+    """A numba event listener that releases the thread's compile lock when a compile fails."""
+    from numba.core import event
+
+    class Listener(event.Listener):
+        def on_start(self, event):
+            pass
+
+        def on_end(self, event):
+            exc = getattr(event, "_exc_details", None)  # (``is_failed`` is true on success too)
+            if exc is None or exc[0] is None or getattr(_held, "f", None) is None:
+                return
+            cache_file = getattr(getattr(event.data["dispatcher"], "_cache", None), "_cache_file", None)
+            if getattr(cache_file, "_index_path", None) == _held.key[0]:  # (the kernel whose lock it is)
+                _release_compile_lock()
+
+    return Listener()
 
 
 def install() -> None:
@@ -127,6 +188,9 @@ def install() -> None:
     # numba's class for every other function)
     if not issubclass(caching.IndexDataCacheFile, _Locked):
         caching.IndexDataCacheFile = _Locked
+        from numba.core import event
+
+        event.register("numba:compile", _compile_listener())
 
 
 def cache_dir() -> str | None:
