@@ -4,6 +4,7 @@ works for read-only installs, and worker processes that load kernels instead of 
 Most cases run in a fresh interpreter: what they check is what a new process does.
 """
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -316,3 +317,51 @@ def test_processes_compile_each_kernel_once_between_them(tmp_path):
     sets = [{line for line in o.splitlines() if line.startswith("compiled")} for o, _ in outs]
     assert sets[0] | sets[1], "nothing was compiled: the cache was not empty"
     assert not sets[0] & sets[1], sorted(sets[0] & sets[1])
+
+
+@pytest.mark.parametrize("ending", ["saved", "declined", "failed"])
+def test_compile_lock_is_released_however_the_compile_ends(tmp_path, ending):
+    """The compile lock a cache miss takes (``cache._Locked.load``) is released once numba has
+    saved the kernel, when numba declines to cache it (it then never calls ``save``), and when
+    its compile fails: another process is never left waiting for it."""
+    import fcntl
+    import glob
+    from types import SimpleNamespace
+
+    from numba.core import caching, event
+
+    from torchfilters.backends.cpu import cache
+
+    files = cache._Locked(str(tmp_path), "direct.kernel-1.py311", cache.source_stamp())
+    assert files.load("k") is None  # a miss: this thread now compiles "k"
+    (lock,) = glob.glob(str(tmp_path / "*.compiling"))
+
+    def free():
+        with open(lock, "a+b") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return True
+
+    assert not free()
+    assert files.load("other") is None and len(glob.glob(str(tmp_path / "*.compiling"))) == 1  # (one at a time)
+    # a stand-in for numba's FunctionCache of the kernel: what ``Cache.save_overload`` reads
+    numba_cache = SimpleNamespace(
+        _cache_file=files,
+        _impl=SimpleNamespace(check_cachable=lambda data: ending != "declined"),
+        _guard_against_spurious_io_errors=contextlib.nullcontext,
+    )
+    if ending == "failed":
+        data = {"dispatcher": SimpleNamespace(_cache=numba_cache)}
+        with pytest.raises(ValueError):
+            with event.trigger_event("numba:compile", data=data):
+                raise ValueError("the compile failed")
+    else:
+        numba_cache._save_overload = lambda sig, data: (
+            files.save("k", data) if numba_cache._impl.check_cachable(data) else None)
+        caching.Cache.save_overload(numba_cache, "sig", SimpleNamespace(codegen=None))
+    assert free()
+    if ending == "saved":
+        assert files.load("k") is not None

@@ -20,8 +20,8 @@ each kernel once between them: a process that misses the cache takes that kernel
 ``<index>.<key>.compiling`` lock before compiling it, and one that misses while another holds
 it waits, then loads what the other saved (``_Locked.load``).  A thread holds one such lock at
 a time (the kernels a compile pulls in are not locked: no lock is awaited while one is held),
-releases it once the kernel is saved or its compile fails, and ``flock`` releases it if the
-process dies.  They save and load under a file lock too (``_Locked``).  numba's own index update is a read-modify-write of one file
+releases it once numba has saved that kernel (or declined to) or its compile failed, and
+``flock`` releases it if the process dies.  They save and load under a file lock too (``_Locked``).  numba's own index update is a read-modify-write of one file
 per function, which every closure of a kernel factory (the direct kernels) shares: two processes
 saving at once lost one entry (that kernel compiled again in the next process), and a process
 loading between another's index and data writes could read a stale data file of an older source
@@ -116,12 +116,8 @@ class _Locked(caching.IndexDataCacheFile):
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def save(self, key, data):
-        try:
-            with self._lock(fcntl.LOCK_EX if fcntl else 0):
-                super().save(key, data)
-        finally:
-            if getattr(_held, "key", None) == (self._index_path, key):
-                _release_compile_lock()
+        with self._lock(fcntl.LOCK_EX if fcntl else 0):
+            super().save(key, data)
 
     def load(self, key):
         with self._lock(fcntl.LOCK_SH if fcntl else 0):
@@ -142,8 +138,8 @@ class _Locked(caching.IndexDataCacheFile):
             fcntl.flock(f, fcntl.LOCK_UN)
             f.close()
             return data
-        _held.f, _held.key = f, (self._index_path, key)  # this thread compiles it: released by
-        return None  # its ``save``, or when its compile fails
+        _held.f, _held.key = f, (self._index_path, key)  # this thread compiles it: released once
+        return None  # numba saved it (``_save_overload``), or when its compile fails
 
 
 #: the compile lock a thread holds (``_Locked.load``)
@@ -160,8 +156,14 @@ def _release_compile_lock():
             f.close()
 
 
+def _holds(cache_file) -> bool:
+    """Whether this thread's compile lock is the one of ``cache_file``'s kernels."""
+    return getattr(_held, "f", None) is not None and getattr(cache_file, "_index_path", None) == _held.key[0]
+
+
 def _compile_listener():
-    """A numba event listener that releases the thread's compile lock when a compile fails."""
+    """A numba event listener that releases the thread's compile lock when that kernel's compile
+    fails (a compile that succeeds is saved next: :func:`_save_overload`)."""
     from numba.core import event
 
     class Listener(event.Listener):
@@ -170,13 +172,22 @@ def _compile_listener():
 
         def on_end(self, event):
             exc = getattr(event, "_exc_details", None)  # (``is_failed`` is true on success too)
-            if exc is None or exc[0] is None or getattr(_held, "f", None) is None:
-                return
-            cache_file = getattr(getattr(event.data["dispatcher"], "_cache", None), "_cache_file", None)
-            if getattr(cache_file, "_index_path", None) == _held.key[0]:  # (the kernel whose lock it is)
-                _release_compile_lock()
+            if exc is not None and exc[0] is not None:
+                if _holds(getattr(getattr(event.data["dispatcher"], "_cache", None), "_cache_file", None)):
+                    _release_compile_lock()
 
     return Listener()
+
+
+def _save_overload(self, sig, data, _numba_save=caching.Cache.save_overload):
+    """numba's ``Cache.save_overload`` (called right after every compile), then the release of
+    the thread's compile lock for that kernel: also where numba declines to cache the result
+    (``check_cachable``) and so never calls ``save``."""
+    try:
+        return _numba_save(self, sig, data)
+    finally:
+        if _holds(getattr(self, "_cache_file", None)):
+            _release_compile_lock()
 
 
 def install() -> None:
@@ -188,6 +199,7 @@ def install() -> None:
     # numba's class for every other function)
     if not issubclass(caching.IndexDataCacheFile, _Locked):
         caching.IndexDataCacheFile = _Locked
+        caching.Cache.save_overload = _save_overload
         from numba.core import event
 
         event.register("numba:compile", _compile_listener())
