@@ -365,3 +365,26 @@ def test_compile_lock_is_released_however_the_compile_ends(tmp_path, ending):
     assert free()
     if ending == "saved":
         assert files.load("k") is not None
+
+
+def test_a_stuck_compile_is_waited_for_only_so_long(tmp_path, monkeypatch):
+    """A process that holds a kernel's compile lock and never finishes (stopped, say) delays
+    another process's miss of that kernel by at most ``cache.COMPILE_WAIT``: then it compiles."""
+    import fcntl
+    import time
+
+    from torchfilters.backends.cpu import cache
+
+    files = cache._Locked(str(tmp_path), "direct.kernel-1.py311", cache.source_stamp())
+    assert files.load("k") is None  # this thread holds "k"
+    held = cache._held.f
+    cache._held.f = cache._held.key = None  # another thread, as far as the lock goes
+    try:
+        monkeypatch.setattr(cache, "COMPILE_WAIT", 0.3)
+        t0 = time.monotonic()
+        assert files.load("k") is None  # gave up waiting: compiles, holding nothing
+        assert 0.3 <= time.monotonic() - t0 < 5
+        assert getattr(cache._held, "f", None) is None
+    finally:
+        fcntl.flock(held, fcntl.LOCK_UN)
+        held.close()

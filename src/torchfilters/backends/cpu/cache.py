@@ -35,6 +35,7 @@ import functools
 import hashlib
 import os
 import threading
+import time
 
 try:
     import fcntl
@@ -131,7 +132,9 @@ class _Locked(caching.IndexDataCacheFile):
             f = open(f"{self._index_path}.{name}.compiling", "a+b")
         except OSError:  # a read-only cache folder: compile here
             return None
-        fcntl.flock(f, fcntl.LOCK_EX)  # (another process compiling it: wait for its save)
+        if not _wait_for(f):  # another process stuck in its compile: compile here too
+            f.close()
+            return None
         with self._lock(fcntl.LOCK_SH):
             data = super().load(key)
         if data is not None:
@@ -144,6 +147,22 @@ class _Locked(caching.IndexDataCacheFile):
 
 #: the compile lock a thread holds (``_Locked.load``)
 _held = threading.local()
+#: the longest a process waits for another's compile of a kernel before compiling it itself
+COMPILE_WAIT = 600.0
+
+
+def _wait_for(f) -> bool:
+    """Take ``f``'s exclusive lock (another process compiling that kernel: wait for its save),
+    giving up after :data:`COMPILE_WAIT` seconds (a process stopped in its compile)."""
+    deadline = time.monotonic() + COMPILE_WAIT
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
 
 
 def _release_compile_lock():
