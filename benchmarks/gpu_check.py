@@ -28,7 +28,8 @@ run on the CPU in float64 on the same (dtype-rounded) input:
   engine's, and the largest difference in float32 ulps (information: 3x3 stencils share SciPy's
   order of operations; the Triton Gaussians add each term by an ``fma``, the CPU's do not).
 
-Prints one line per case and a summary; exits 1 on any failure.  ``--json FILE`` writes every
+Prints one line per case and a summary; exits 1 on any failure, 2 when the engine cannot run
+on the device (nothing checked).  ``--json FILE`` writes every
 case's figures.  No timing here: ``benchmarks/gpu.py`` times.
 """
 
@@ -296,7 +297,8 @@ def main(argv=None):
     ap.add_argument("--shard", default="0/1", help="i/n: run every n-th case from the i-th")
     ap.add_argument("--big", action="store_true", help="also the > 2**31-element int64-offset case")
     ap.add_argument("--json", help="write every case's figures here")
-    ap.add_argument("--only", default="", help="substring of the case names to run")
+    ap.add_argument("--only", default="", help="substring of the case names to run (\"laplace\" also "
+                    "selects gaussian_laplace; \"laplace constant\" one mode)")
     ap.add_argument("--compile-only", action="store_true", help="no GPU: compile every case for sm_90")
     ap.add_argument("--cpu-bits", action="store_true", help="float32: also count the bits that differ from the "
                     "CPU engine's (compiles its numba kernels)")
@@ -307,8 +309,9 @@ def main(argv=None):
     device = torch.device(args.device)
     T = backends.get("triton")
     if T is None or not T.available(device, torch.float32):
-        print(f"The Triton engine cannot run on {device} here (CUDA device? TRITON_INTERPRET=1 for cpu?).")
-        return 0
+        print(f"The Triton engine cannot run on {device} here (CUDA device? TRITON_INTERPRET=1 for cpu?): "
+              "nothing checked.")
+        return 2
     todo = [c for c in cases(args.quick) if args.only in c[0]][i::n]
     t0 = time.time()
     results, failed = [], 0

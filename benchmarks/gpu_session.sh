@@ -7,7 +7,9 @@
 #   ONLY="3-D gaussian" bash benchmarks/gpu_session.sh check   # a re-check of some cases
 #   bash benchmarks/gpu_session.sh bench      # timings only
 #
-# CHECK_S / BENCH_S bound each phase (seconds); CHECK_ARGS adds gpu_check.py arguments.
+# CHECK_S / BENCH_S bound each phase (seconds); CHECK_ARGS adds gpu_check.py arguments; PY is
+# the interpreter (default python3: the GPU image's, with torch and triton; PY=.venv/bin/python
+# elsewhere); OUT the log folder (default /tmp/gpu_session).
 set -u
 what=${1:-all}
 OUT=${OUT:-/tmp/gpu_session}
@@ -40,7 +42,9 @@ json.dump(rows, open(sys.argv[2], "w"), indent=1)
 EOF
     echo "--- check: failures, errors and summaries ($(($(date +%s) - t0)) s)"
     grep -v "^ok " "$OUT/check.log" | grep -v "Warning\|warn(" | tail -80
-    echo "--- check: $(grep -c '^ok ' "$OUT/check.log") ok, $(grep -c '^FAIL' "$OUT/check.log") FAIL"
+    n_ok=$(grep -c '^ok ' "$OUT/check.log")
+    echo "--- check: $n_ok ok, $(grep -c '^FAIL' "$OUT/check.log") FAIL"
+    [ "$n_ok" = 0 ] && echo "--- check: NOTHING PASSED (no GPU? see $OUT/check.log)"
 fi
 
 if [ "$what" = all ] || [ "$what" = bench ]; then

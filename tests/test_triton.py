@@ -713,4 +713,4 @@ def test_too_old_triton_is_a_clear_unavailable_engine():
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "needs triton >= 3.6; found 3.4.0" in res.stdout
+    assert "needs triton >= 3.6; found 3.4.0); upgrade it (pip install 'triton>=3.6')" in res.stdout

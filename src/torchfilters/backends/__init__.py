@@ -91,10 +91,9 @@ def resolve(backend: str, device: torch.device, dtype: torch.dtype):
         return get("reference")
     mod = get(name)
     if mod is None:
-        raise BackendUnavailableError(
-            f"backend {name!r} cannot be imported ({_import_errors.get(name)}); "
-            f"install its dependency (numba for 'cpu', triton for 'triton') or use backend='reference'"
-        )
+        err = _import_errors.get(name)
+        fix = getattr(err, "fix", None) or "install its dependency (numba for 'cpu', triton for 'triton')"
+        raise BackendUnavailableError(f"backend {name!r} cannot be imported ({err}); {fix} or use backend='reference'")
     if not mod.available(device, dtype):
         hint = getattr(mod, "UNAVAILABLE_HINT", "")
         raise BackendUnavailableError(
