@@ -319,24 +319,22 @@ def test_processes_compile_each_kernel_once_between_them(tmp_path):
     assert not sets[0] & sets[1], sorted(sets[0] & sets[1])
 
 
-@pytest.mark.parametrize("ending", ["saved", "declined", "failed"])
+@pytest.mark.parametrize("ending", ["saved", "declined", "failed", "interrupted"])
 def test_compile_lock_is_released_however_the_compile_ends(tmp_path, ending):
-    """The compile lock a cache miss takes (``cache._Locked.load``) is released once numba has
-    saved the kernel, when numba declines to cache it (it then never calls ``save``), and when
-    its compile fails: another process is never left waiting for it."""
+    """The compile lock a cache miss takes (``cache._Locked.load``) is held through the compile
+    call that missed (numba's ``Dispatcher.compile``, wrapped by ``cache._compile``), nested
+    compiles included, and released when that call returns or raises: after numba saved the
+    kernel, where numba declines to cache it (no ``save``), when the compile fails, and on an
+    interrupt.  Another process is never left waiting for it."""
     import fcntl
     import glob
-    from types import SimpleNamespace
-
-    from numba.core import caching, event
 
     from torchfilters.backends.cpu import cache
 
     files = cache._Locked(str(tmp_path), "direct.kernel-1.py311", cache.source_stamp())
-    assert files.load("k") is None  # a miss: this thread now compiles "k"
-    (lock,) = glob.glob(str(tmp_path / "*.compiling"))
 
     def free():
+        (lock,) = glob.glob(str(tmp_path / "*.compiling"))
         with open(lock, "a+b") as f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -345,26 +343,32 @@ def test_compile_lock_is_released_however_the_compile_ends(tmp_path, ending):
             fcntl.flock(f, fcntl.LOCK_UN)
             return True
 
-    assert not free()
-    assert files.load("other") is None and len(glob.glob(str(tmp_path / "*.compiling"))) == 1  # (one at a time)
-    # a stand-in for numba's FunctionCache of the kernel: what ``Cache.save_overload`` reads
-    numba_cache = SimpleNamespace(
-        _cache_file=files,
-        _impl=SimpleNamespace(check_cachable=lambda data: ending != "declined"),
-        _guard_against_spurious_io_errors=contextlib.nullcontext,
-    )
-    if ending == "failed":
-        data = {"dispatcher": SimpleNamespace(_cache=numba_cache)}
-        with pytest.raises(ValueError):
-            with event.trigger_event("numba:compile", data=data):
-                raise ValueError("the compile failed")
+    def inner(self, sig):  # a kernel the outer one calls: its miss takes no lock (one is held)
+        assert files.load("inner") is None
+        assert not free()
+        return "inner"
+
+    def outer(self, sig):
+        assert files.load("k") is None  # the miss: this thread now compiles "k"
+        assert not free()
+        assert cache._compile(None, "sig", _numba_compile=inner) == "inner"
+        assert not free()  # (still held: the outer compile has not returned)
+        if ending == "saved":
+            files.save("k", "code")
+        elif ending == "failed":
+            raise ValueError("the compile failed")
+        elif ending == "interrupted":
+            raise KeyboardInterrupt
+        return "kernel"
+
+    if ending in ("saved", "declined"):
+        assert cache._compile(None, "sig", _numba_compile=outer) == "kernel"
     else:
-        numba_cache._save_overload = lambda sig, data: (
-            files.save("k", data) if numba_cache._impl.check_cachable(data) else None)
-        caching.Cache.save_overload(numba_cache, "sig", SimpleNamespace(codegen=None))
+        with pytest.raises(ValueError if ending == "failed" else KeyboardInterrupt):
+            cache._compile(None, "sig", _numba_compile=outer)
     assert free()
-    if ending == "saved":
-        assert files.load("k") is not None
+    assert getattr(cache._held, "f", None) is None
+    assert (files.load("k") == "code") if ending == "saved" else free()
 
 
 def test_a_stuck_compile_is_waited_for_only_so_long(tmp_path, monkeypatch):

@@ -674,10 +674,11 @@ def test_outputs_whose_batch_dims_do_not_collapse(T):
     close(out, backends.get("reference").filter_backward(g, x, spec), 1e-12, "backward")
 
 
-def test_gathered_bands_fall_back_where_triton_cannot_compile_them(T, monkeypatch):
-    """Triton 3.6-3.8 abort compiling the general backward's gathered border bands
-    (``footprint._expand``); there (``GATHER_BANDS`` false) that backward runs on the reference
-    engine, counted in ``FALLBACKS``, with the reference's values; elsewhere on the kernel."""
+def test_bands_need_no_gather_where_triton_cannot_compile_it(T, monkeypatch):
+    """Triton 3.6-3.8 abort compiling the general backward's gather of border bands of several
+    rows (``footprint._expand``); there (``GATHER_BANDS`` false) the plans place bands one row
+    and column a step, without a gather, and the backward still runs on the kernel with the
+    reference's values."""
     x = rand(1, 2, 12, 13, seed=3)
     w = rand(5, 4, seed=4)
     gy = rand(1, 2, 12, 13, seed=5)
@@ -688,12 +689,16 @@ def test_gathered_bands_fall_back_where_triton_cannot_compile_them(T, monkeypatc
         return torch.autograd.grad(y, xx, gy)[0]
 
     want = grad("reference")
+    bands = {}
     for gather in (True, False):
         monkeypatch.setattr(T, "GATHER_BANDS", gather)
-        launched, fell = T.LAUNCHES["bwd"], T.FALLBACKS["filter_backward"]
+        launched, fell = T.LAUNCHES["bwd"], sum(T.FALLBACKS.values())
         got = grad("triton")
-        assert (T.LAUNCHES["bwd"] - launched, T.FALLBACKS["filter_backward"] - fell) == ((1, 0) if gather else (0, 1))
+        assert (T.LAUNCHES["bwd"] - launched, sum(T.FALLBACKS.values()) - fell) == (1, 0)
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        bands[gather] = [(p.BBY, p.BBX) for k, p in T._PLANS.items() if k[-1] is gather and k[2:4] == (12, 13)]
+    assert any(max(b) > 1 for b in bands[True]), bands  # (the case has bands of several rows)
+    assert bands[False] and all(b == (1, 1) for b in bands[False]), bands
 
 
 def test_too_old_triton_is_a_clear_unavailable_engine():

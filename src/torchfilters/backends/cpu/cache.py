@@ -20,7 +20,7 @@ each kernel once between them: a process that misses the cache takes that kernel
 ``<index>.<key>.compiling`` lock before compiling it, and one that misses while another holds
 it waits, then loads what the other saved (``_Locked.load``).  A thread holds one such lock at
 a time (the kernels a compile pulls in are not locked: no lock is awaited while one is held),
-releases it once numba has saved that kernel (or declined to) or its compile failed, and
+releases it when the compile call that took it returns or raises (after numba's save), and
 ``flock`` releases it if the process dies.  They save and load under a file lock too (``_Locked``).  numba's own index update is a read-modify-write of one file
 per function, which every closure of a kernel factory (the direct kernels) shares: two processes
 saving at once lost one entry (that kernel compiled again in the next process), and a process
@@ -43,6 +43,7 @@ except ImportError:  # pragma: no cover - not POSIX: numba's unlocked index
     fcntl = None
 
 from numba.core import caching
+from numba.core.dispatcher import Dispatcher
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -132,17 +133,21 @@ class _Locked(caching.IndexDataCacheFile):
             f = open(f"{self._index_path}.{name}.compiling", "a+b")
         except OSError:  # a read-only cache folder: compile here
             return None
-        if not _wait_for(f):  # another process stuck in its compile: compile here too
+        try:
+            if not _wait_for(f):  # another process stuck in its compile: compile here too
+                f.close()
+                return None
+            with self._lock(fcntl.LOCK_SH):
+                data = super().load(key)
+        except BaseException:  # (an interrupt while waiting or re-reading: nothing held)
             f.close()
-            return None
-        with self._lock(fcntl.LOCK_SH):
-            data = super().load(key)
+            raise
         if data is not None:
             fcntl.flock(f, fcntl.LOCK_UN)
             f.close()
             return data
-        _held.f, _held.key = f, (self._index_path, key)  # this thread compiles it: released once
-        return None  # numba saved it (``_save_overload``), or when its compile fails
+        _held.f, _held.key = f, (self._index_path, key)  # this thread compiles it: released when
+        return None  # the compile call that took it returns or raises (``_compile``)
 
 
 #: the compile lock a thread holds (``_Locked.load``)
@@ -175,37 +180,16 @@ def _release_compile_lock():
             f.close()
 
 
-def _holds(cache_file) -> bool:
-    """Whether this thread's compile lock is the one of ``cache_file``'s kernels."""
-    return getattr(_held, "f", None) is not None and getattr(cache_file, "_index_path", None) == _held.key[0]
-
-
-def _compile_listener():
-    """A numba event listener that releases the thread's compile lock when that kernel's compile
-    fails (a compile that succeeds is saved next: :func:`_save_overload`)."""
-    from numba.core import event
-
-    class Listener(event.Listener):
-        def on_start(self, event):
-            pass
-
-        def on_end(self, event):
-            exc = getattr(event, "_exc_details", None)  # (``is_failed`` is true on success too)
-            if exc is not None and exc[0] is not None:
-                if _holds(getattr(getattr(event.data["dispatcher"], "_cache", None), "_cache_file", None)):
-                    _release_compile_lock()
-
-    return Listener()
-
-
-def _save_overload(self, sig, data, _numba_save=caching.Cache.save_overload):
-    """numba's ``Cache.save_overload`` (called right after every compile), then the release of
-    the thread's compile lock for that kernel: also where numba declines to cache the result
-    (``check_cachable``) and so never calls ``save``."""
+def _compile(self, sig, _numba_compile=Dispatcher.compile):
+    """numba's ``Dispatcher.compile`` (which loads, or compiles and saves, one kernel), then the
+    release of the compile lock that its cache miss took, however it ends: saved, declined by
+    numba's cache (``check_cachable``: no ``save``), failed, or interrupted.  A compile nested
+    in another's (a kernel it calls) leaves the outer one's lock alone."""
+    outer = getattr(_held, "f", None) is not None
     try:
-        return _numba_save(self, sig, data)
+        return _numba_compile(self, sig)
     finally:
-        if _holds(getattr(self, "_cache_file", None)):
+        if not outer:
             _release_compile_lock()
 
 
@@ -218,10 +202,7 @@ def install() -> None:
     # numba's class for every other function)
     if not issubclass(caching.IndexDataCacheFile, _Locked):
         caching.IndexDataCacheFile = _Locked
-        caching.Cache.save_overload = _save_overload
-        from numba.core import event
-
-        event.register("numba:compile", _compile_listener())
+        Dispatcher.compile = _compile
 
 
 def cache_dir() -> str | None:

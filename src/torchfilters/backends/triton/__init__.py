@@ -26,6 +26,7 @@ import collections
 import contextlib
 import functools
 import os
+import re
 from types import SimpleNamespace
 
 import torch
@@ -33,10 +34,8 @@ import triton
 
 
 def _triton_version():
-    try:
-        return tuple(int(v) for v in triton.__version__.split(".")[:2])
-    except (AttributeError, ValueError):  # (a development build: assume it is recent)
-        return (99, 0)
+    m = re.match(r"(\d+)\.(\d+)", str(getattr(triton, "__version__", "")))
+    return (int(m[1]), int(m[2])) if m else (99, 0)  # (no version: a development build, taken as recent)
 
 
 #: the oldest Triton the kernels compile with (3.5's compiler aborts on several of them; 3.4 has no
@@ -126,16 +125,11 @@ def _fallback(name, *args, **kw):
     FALLBACKS[name] += 1
     return getattr(_ref, name)(*args, **kw)
 
-#: Triton 3.6-3.8 abort on the general backward kernel's border bands (``footprint._expand``,
-#: a ``tl.gather``): their ``TritonGPUOptimizeThreadLocality`` pass asserts that the gather is
-#: warp-local.  There, a backward that places bands of more than one row or column (a stencil
-#: that reaches past the plane's border by more than one tile row or column) runs on the
-#: reference engine, counted in ``FALLBACKS``.
+#: Triton 3.6-3.8 abort on the general backward kernel's border bands of several rows or columns
+#: (``footprint._expand``'s ``tl.gather``): their ``TritonGPUOptimizeThreadLocality`` pass asserts
+#: that the gather is warp-local.  There, the plans place bands one row (column) a step
+#: (``plan._gather_bands``), which needs no gather.
 GATHER_BANDS = _triton_version() >= (3, 9)
-
-
-def _bands_compile(plan) -> bool:
-    return GATHER_BANDS or not ((plan.SY and plan.BBY > 1) or (plan.SX and plan.BBX > 1))
 
 
 def _safe_offsets(*ts):
@@ -308,7 +302,7 @@ def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
     if _rows_backward(grad, x, None, gin, spec, NP, H, W, spec.cval, 0.0, (0, 0, 0, 0), False):
         return gin  # (no device table, nothing but the result allocated)
     plan = _lower(spec, H, W, NP, x.dtype, x.device, None)
-    if plan is None or not _bands_compile(plan):
+    if plan is None:
         return _fallback("filter_backward", grad, x, spec, out=out)
     epi = _EPILOGUES[spec.epilogue]
     u = None
@@ -362,7 +356,7 @@ def _blur_backward_planes(grad, x, mask, spec: BlurSpec, threshold: float, out=N
                                               spec.keep_border):
         return gin
     plan = _lower(spec, H, W, NP, x.dtype, x.device, thr)
-    if plan is None or not _bands_compile(plan):
+    if plan is None:
         return _fallback("blur_backward", grad, x, mask, spec, threshold, out=out)
     mask = m
     u = None

@@ -206,11 +206,21 @@ _PLANS: dict = {}
 #: still reads them (a few hundred bytes each; the row kernel has no tables at all)
 _RETIRED: list = []
 
+def _gather_bands() -> bool:
+    """Whether the backward places its border bands of several rows (columns) with a gather
+    (the package's ``GATHER_BANDS``, read per plan); else one row (column) a step."""
+    from . import GATHER_BANDS
+
+    return GATHER_BANDS
+
+
 def _lower(spec, H, W, NP, dtype, device, threshold):
     """Build (and cache) the launch plan of ``spec`` on ``NP`` planes of ``H x W``."""
     spec = lower(spec, (H, W))  # taps folded onto the image's period (a huge radius on a small image)
     # cval's sign is part of the key (-0.0 == 0.0 but pads differently signed zeros)
-    key = (spec, math.copysign(1.0, spec.cval), H, W, min(NP, 64), dtype, device, threshold, tuple(_TILE.values()))
+    gather = _gather_bands()
+    key = (spec, math.copysign(1.0, spec.cval), H, W, min(NP, 64), dtype, device, threshold, tuple(_TILE.values()),
+           gather)
     plan = _PLANS.get(key)
     if plan is not None:
         return plan
@@ -284,8 +294,8 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
     # (large unrolled adjoint footprints keep the forward's tile: registers)
     bwd_tiles = _tiling(H, W, NP, _TILE["bwd_elems"] if NT2 <= 12 else _TILE["max_elems"])
     BH2, BW2 = bwd_tiles[1], bwd_tiles[2]
-    BBY = min(_np2(max([b - a + 1 for _, _, a, b, _ in sy], default=1)), BH2)
-    BBX = min(_np2(max([b - a + 1 for _, _, a, b, _ in sx], default=1)), BW2)
+    BBY = min(_np2(max([b - a + 1 for _, _, a, b, _ in sy], default=1)), BH2) if gather else 1
+    BBX = min(_np2(max([b - a + 1 for _, _, a, b, _ in sx], default=1)), BW2) if gather else 1
 
     # ip: dy, dx, corr. rows, corr. cols, dy2, dx2, [sep offsets,] row slots, col slots
     # fp: w0, w1, corr. rows (2 x), corr. cols (2 x), cval, threshold, w0b, w1b
