@@ -8,8 +8,8 @@
 No GPU: ``benchmarks/gpu_check.py --compile-only`` compiles every kernel family for sm_90, and
 ``benchmarks/gpu_static.py`` models these cases from the compiled code.
 
-1. Correctness: every benchmarked op (and a few more), forward and backward, Triton against
-   the reference engine on the same device.  Any mismatch stops the script (exit 1).
+1. Correctness: ``gpu_check.py``'s cases of the benchmarked ops, forward and backward, Triton
+   against the reference engine.  Any mismatch stops the script (exit 1).
 2. Copy bandwidth: ``dst.copy_(src)`` of a 1 GiB tensor (read + write), the floor.
 3. Timings (``triton.testing.do_bench``, median): achieved GB/s = (bytes read + bytes
    written by an ideal one-pass kernel) / time, and that as a fraction of the copy bandwidth,
@@ -23,7 +23,6 @@ Prints only; never asserts a time.  Exits 0 with a message when there is no CUDA
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -111,55 +110,22 @@ def kornia_ops():
 # --------------------------------------------------------------- correctness
 
 
+#: the cases of ``gpu_check`` run before timing: the benchmarked ops (one oracle, one tolerance
+#: table: ``gpu_check.run_case``)
+CHECKED = ("gradient_magnitude central", "selective_blur reflect", "gaussian_filter s=2",
+           "3-D gradient_magnitude sobel", "3-D gaussian_filter s=1.5")
+
+
 def check_correctness(device, quick):
-    """Triton vs the reference engine on ``device``, forward and backward; returns failures."""
+    """``gpu_check``'s cases of the benchmarked ops, Triton against the reference engine on the
+    CPU in float64, forward and backward; returns the failures."""
+    import gpu_check
+
+    todo = [c for c in gpu_check.cases(quick) if c[0].startswith(CHECKED)]
     failures = []
-    T = backends.get("triton")
-    cases = [
-        ("gradient_magnitude central", lambda x, b: tf.gradient_magnitude(x, backend=b)),
-        ("gradient_magnitude sobel wrap", lambda x, b: tf.gradient_magnitude(x, operator="sobel", mode="wrap", backend=b)),
-        ("gradient sobel constant", lambda x, b: tf.gradient(x, operator="sobel", mode="constant", cval=0.5, backend=b)),
-        ("gradient_direction mirror", lambda x, b: tf.gradient_direction(x, mode="mirror", backend=b)),
-        ("selective_blur (GAN case)", lambda x, b: tf.selective_blur(x, 0.0, backend=b)),
-        ("selective_blur normalized keep_border", lambda x, b: tf.selective_blur(x, 0.0, normalized=True, keep_border=True, backend=b)),
-        ("gaussian_filter sigma=2", lambda x, b: tf.gaussian_filter(x, 2.0, backend=b)),
-        ("gaussian_filter sigma=2 nearest", lambda x, b: tf.gaussian_filter(x, 2.0, mode="nearest", backend=b)),
-        ("gaussian_gradient_magnitude", lambda x, b: tf.gaussian_gradient_magnitude(x, 1.5, mode="constant", backend=b)),
-        ("correlate 5x4 origin", lambda x, b: tf.correlate(x, torch.arange(20.0).view(5, 4) - 9.5, origin=(1, -1), mode="reflect", backend=b)),
-    ]
-    # every case in float32 on two shapes; the benchmarked ops in every dtype (each distinct
-    # (op, dtype, tile shape) is one JIT compile: this keeps the first run to about a minute)
-    benchmarked = {"gradient_magnitude central", "selective_blur (GAN case)", "gaussian_filter sigma=2"}
-    runs = [(torch.float32, (3, 5, 28, 28), None), (torch.float32, (2, 2, 67, 131), None)]
-    if not quick:
-        runs.append((torch.float32, (1, 1, 1, 7), None))
-    runs += [(dt, (3, 5, 28, 28), benchmarked) for dt in (torch.bfloat16, torch.float16, torch.float64)]
-    tol = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 3e-3, torch.float64: 1e-12}
-    for dtype, shape, only in runs:
-        g = torch.Generator(device="cpu").manual_seed(sum(shape) * 7 + len(str(dtype)))
-        x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).to(device=device, dtype=dtype)
-        for name, fn in cases:
-            if only is not None and name not in only:
-                continue
-            before = dict(T.LAUNCHES)
-            outs = []
-            for b in ("triton", "reference"):
-                xx = x.detach().clone().requires_grad_(True)
-                y = fn(xx, b)
-                gy = torch.ones_like(y) * 0.5 + (torch.arange(y.numel(), device=device) % 7).view_as(y) * 0.1
-                (gx,) = torch.autograd.grad(y, xx, gy.to(y.dtype))
-                outs.append((y.detach().double(), gx.double()))
-            if T.LAUNCHES == before:
-                failures.append(f"{name} {dtype} {shape}: the Triton kernels did not run")
-            for what, a, r in (("forward", outs[0][0], outs[1][0]), ("backward", outs[0][1], outs[1][1])):
-                if "direction" in name and what == "forward":  # +-pi for signed zeros
-                    d = torch.remainder(a - r + math.pi, 2 * math.pi) - math.pi
-                    a, r = d, torch.zeros_like(d)
-                same_nan = torch.equal(a.isnan(), r.isnan())
-                scale = max(1.0, float(r.nan_to_num(0).abs().max()))
-                err = float((a - r).nan_to_num(0).abs().max())
-                if not same_nan or err > tol[dtype] * scale:
-                    failures.append(f"{name} {dtype} {shape} {what}: max err {err:.3g} (tol {tol[dtype] * scale:.3g})")
+    for k, case in enumerate(todo):
+        r = gpu_check.run_case(case, device, seed=k)
+        failures += [f"{case[0]} {str(case[4])[6:]} {tuple(case[3])} {case[5]}: {f}" for f in r["fails"]]
     return failures
 
 

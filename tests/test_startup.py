@@ -382,7 +382,7 @@ def test_a_stuck_compile_is_waited_for_only_so_long(tmp_path, monkeypatch):
     files = cache._Locked(str(tmp_path), "direct.kernel-1.py311", cache.source_stamp())
     assert files.load("k") is None  # this thread holds "k"
     held = cache._held.f
-    cache._held.f = cache._held.key = None  # another thread, as far as the lock goes
+    cache._held.f = None  # another thread, as far as the lock goes
     try:
         monkeypatch.setattr(cache, "COMPILE_WAIT", 0.3)
         t0 = time.monotonic()

@@ -21,11 +21,13 @@ each kernel once between them: a process that misses the cache takes that kernel
 it waits, then loads what the other saved (``_Locked.load``).  A thread holds one such lock at
 a time (the kernels a compile pulls in are not locked: no lock is awaited while one is held),
 releases it when the compile call that took it returns or raises (after numba's save), and
-``flock`` releases it if the process dies.  They save and load under a file lock too (``_Locked``).  numba's own index update is a read-modify-write of one file
-per function, which every closure of a kernel factory (the direct kernels) shares: two processes
-saving at once lost one entry (that kernel compiled again in the next process), and a process
-loading between another's index and data writes could read a stale data file of an older source
-under the new key.
+``flock`` releases it if the process dies.
+
+They save and load under a file lock too (``_Locked``).  numba's own index update is a
+read-modify-write of one file per function, which every closure of a kernel factory (the direct
+kernels) shares: two processes saving at once lost one entry (that kernel compiled again in the
+next process), and a process loading between another's index and data writes could read a stale
+data file of an older source under the new key.
 """
 
 from __future__ import annotations
@@ -146,8 +148,8 @@ class _Locked(caching.IndexDataCacheFile):
             fcntl.flock(f, fcntl.LOCK_UN)
             f.close()
             return data
-        _held.f, _held.key = f, (self._index_path, key)  # this thread compiles it: released when
-        return None  # the compile call that took it returns or raises (``_compile``)
+        _held.f = f  # this thread compiles it: released when the compile call that took it
+        return None  # returns or raises (``_compile``)
 
 
 #: the compile lock a thread holds (``_Locked.load``)
@@ -173,7 +175,7 @@ def _wait_for(f) -> bool:
 def _release_compile_lock():
     f = getattr(_held, "f", None)
     if f is not None:
-        _held.f = _held.key = None
+        _held.f = None
         try:
             fcntl.flock(f, fcntl.LOCK_UN)
         finally:

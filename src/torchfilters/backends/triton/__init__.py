@@ -42,9 +42,9 @@ def _triton_version():
 #: ``triton.constexpr_function``)
 MIN_TRITON = (3, 6)
 if _triton_version() < MIN_TRITON:
-    _too_old = ImportError(f"the Triton engine needs triton >= {'.'.join(map(str, MIN_TRITON))}; "
-                           f"found {getattr(triton, '__version__', '?')}")
-    _too_old.fix = f"upgrade it (pip install 'triton>={'.'.join(map(str, MIN_TRITON))}')"
+    _min = ".".join(map(str, MIN_TRITON))
+    _too_old = ImportError(f"the Triton engine needs triton >= {_min}; found {getattr(triton, '__version__', '?')}")
+    _too_old.fix = f"upgrade it (pip install 'triton>={_min}')"
     raise _too_old
 
 from ..._spec import BlurSpec, FilterSpec
