@@ -88,6 +88,11 @@ SAFE = 1 << 25
 #: run's first and last centre samples are checked after it
 SQONLY = 1 << 26
 _d3_kernels: dict = {}
+#: the flags of a form that a stencil (``_d3_st``) reads (not SAFE, STREAM, SQONLY: the
+#: epilogue's and the run's)
+_ST_BITS = ~(SAFE | STREAM | SQONLY)
+#: the flags a position (``_d3_pixel``) reads: its stencils' and SAFE
+_PX_BITS = ~(STREAM | SQONLY)
 
 
 class D3Plan(NamedTuple):
@@ -212,6 +217,11 @@ def _ol_p3(CODE, w0, w1, w2, a, b, c):
     return lambda CODE, w0, w1, w2, a, b, c: (m2(w2, c) + m0(w0, a)) + m1(w1, b)
 
 
+def _lr_bits(f):
+    """The flags of form ``f`` that :func:`_d3_lr` reads."""
+    return f & (EDGE | MIRR)
+
+
 def _w_class(w):
     return {1.0: 1, -1.0: 2, 2.0: 3}.get(float(w), 0)
 
@@ -251,11 +261,12 @@ def _ol_d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
         return None
     f = FORM.literal_value
     PV = _pass3(f, ZV, KV_SHIFT, 4, True)
+    LR = _lr_bits(f)
 
     def ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
-        ul, ur = _d3_lr(FORM, x, up, l, r, t)
-        ml, mr = _d3_lr(FORM, x, mid, l, r, t)
-        dl, dr = _d3_lr(FORM, x, dn, l, r, t)
+        ul, ur = _d3_lr(LR, x, up, l, r, t)
+        ml, mr = _d3_lr(LR, x, mid, l, r, t)
+        dl, dr = _d3_lr(LR, x, dn, l, r, t)
         return _p3(PV, v0, v1, v2, ul, ml, dl), _p3(PV, v0, v1, v2, ur, mr, dr)
 
     return ac
@@ -272,11 +283,12 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
     if not _literal(FORM):
         return None
     f = FORM.literal_value
+    LR = _lr_bits(f)
     if f & 3 == FORM_H:
         PH = _pass3(f, ZH, KH_SHIFT, 10, True)
 
         def h(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
-            ml, mr = _d3_lr(FORM, x, mid, l, r, t)
+            ml, mr = _d3_lr(LR, x, mid, l, r, t)
             return _p3(PH, h0, h1, h2, ml, _ld(x, mid), mr)
 
         return h
@@ -289,9 +301,9 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
         PV = _pass3(f, ZV, KV_SHIFT, 4, False)
 
         def hv(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
-            ul, ur = _d3_lr(FORM, x, up, l, r, t)
-            ml, mr = _d3_lr(FORM, x, mid, l, r, t)
-            dl, dr = _d3_lr(FORM, x, dn, l, r, t)
+            ul, ur = _d3_lr(LR, x, up, l, r, t)
+            ml, mr = _d3_lr(LR, x, mid, l, r, t)
+            dl, dr = _d3_lr(LR, x, dn, l, r, t)
             hu = _p3(PH, h0, h1, h2, ul, _ld(x, up), ur)
             hm = _p3(PH, h0, h1, h2, ml, _ld(x, mid), mr)
             hd = _p3(PH, h0, h1, h2, dl, _ld(x, dn), dr)
@@ -380,18 +392,21 @@ def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
     returns ``_d3_out``'s flag."""
     if not _literal(F0, F1, EPI, K):
         return None
+    # (each helper gets only the flags it reads: its specialisations are shared between kernels)
+    A, B = F0.literal_value & _ST_BITS, F1.literal_value & _ST_BITS
+    OF = F0.literal_value & SAFE
     if K.literal_value == 1:
 
         def one(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
-            a = _d3_st(F0, x, up, mid, dn, l, r, t, w[0], w[1], w[2], w[3], w[4], w[5])
-            return _d3_out(F0, EPI, K, o, oq, osK, a, a)
+            a = _d3_st(A, x, up, mid, dn, l, r, t, w[0], w[1], w[2], w[3], w[4], w[5])
+            return _d3_out(OF, EPI, K, o, oq, osK, a, a)
 
         return one
 
     def two(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
-        a = _d3_st(F0, x, up, mid, dn, l, r, t, w[0], w[1], w[2], w[3], w[4], w[5])
-        b = _d3_st(F1, x, up, mid, dn, l, r, t, w[6], w[7], w[8], w[9], w[10], w[11])
-        return _d3_out(F0, EPI, K, o, oq, osK, a, b)
+        a = _d3_st(A, x, up, mid, dn, l, r, t, w[0], w[1], w[2], w[3], w[4], w[5])
+        b = _d3_st(B, x, up, mid, dn, l, r, t, w[6], w[7], w[8], w[9], w[10], w[11])
+        return _d3_out(OF, EPI, K, o, oq, osK, a, b)
 
     return two
 
@@ -407,11 +422,12 @@ def _ol_d3_span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
     check = F0.literal_value & SKIPZ and not F0.literal_value & SQONLY
     folds = F0.literal_value & (EDGE | MIRR)
     magc = EPI.literal_value == EPI_MAG
+    P0, P1 = F0.literal_value & _PX_BITS, F1.literal_value & _PX_BITS
 
     def span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
         for q in range(a, b):
             t = T[tq + q] if folds else 0
-            fl = _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
+            fl = _d3_pixel(P0, P1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
             if magc:
                 e = max(e, fl)
             if check:
@@ -435,6 +451,7 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
     check = F0.literal_value & SKIPZ and not F0.literal_value & SQONLY
     folds = F0.literal_value & (EDGE | MIRR)
     magc = EPI.literal_value == EPI_MAG
+    P0, P1 = F0.literal_value & _PX_BITS, F1.literal_value & _PX_BITS
 
     def run_stream(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp):
         line = _line(x)
@@ -467,7 +484,7 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
             # the first gradient_magnitude call)
             for q in range(c, min(c + ch, n)):
                 t = T[tq + q] if folds else 0
-                fl = _d3_pixel(F0, F1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
+                fl = _d3_pixel(P0, P1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
                 if magc:
                     e = max(e, fl)
                 if check:
@@ -485,6 +502,7 @@ def _ol_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T
     ``_expo_all`` only where one is inf/NaN)."""
     if not _literal(F0, F1, EPI, K):
         return None
+    P0, P1 = F0.literal_value & _PX_BITS, F1.literal_value & _PX_BITS
 
     def row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, whole):
         up = xb + (i - 1 if i > 0 else fy0) * W
@@ -495,11 +513,11 @@ def _ol_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T
         if (whole or i == 0 or i == H - 1) and W > 2:
             e = _d3_run(F0, F1, EPI, K, o, oi + 1, osK, x, up + 1, mid + 1, dn + 1, W - 2, T, 0, w, 0, o)
         if c0:
-            e = max(e, _d3_pixel(F0, F1, EPI, K, o, oi, osK, x, up, mid, dn, dl0, np.int64(1) if W > 1 else dr1, 0,
+            e = max(e, _d3_pixel(P0, P1, EPI, K, o, oi, osK, x, up, mid, dn, dl0, np.int64(1) if W > 1 else dr1, 0,
                                  w))
         if c1 and W > 1:
             j = W - 1
-            e = max(e, _d3_pixel(F0, F1, EPI, K, o, oi + j, osK, x, up + j, mid + j, dn + j, np.int64(-1), dr1, 0,
+            e = max(e, _d3_pixel(P0, P1, EPI, K, o, oi + j, osK, x, up + j, mid + j, dn + j, np.int64(-1), dr1, 0,
                                  w))
         return e
 
