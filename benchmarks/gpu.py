@@ -125,7 +125,7 @@ def check_correctness(device, quick):
     failures = []
     for k, case in enumerate(todo):
         r = gpu_check.run_case(case, device, seed=k)
-        failures += [f"{case[0]} {str(case[4])[6:]} {tuple(case[3])} {case[5]}: {f}" for f in r["fails"]]
+        failures += [f"{case[0]} {str(case[4]).removeprefix('torch.')} {tuple(case[3])} {case[5]}: {f}" for f in r["fails"]]
     return failures
 
 

@@ -88,6 +88,9 @@ SAFE = 1 << 25
 #: run's first and last centre samples are checked after it
 SQONLY = 1 << 26
 _d3_kernels: dict = {}
+#: the flags of a form that a position's neighbours (``_d3_lr``) depend on: how the run folds
+#: the border columns
+_LR_BITS = EDGE | MIRR
 #: the flags of a form that a stencil (``_d3_st``) reads (not SAFE, STREAM, SQONLY: the
 #: epilogue's and the run's)
 _ST_BITS = ~(SAFE | STREAM | SQONLY)
@@ -217,11 +220,6 @@ def _ol_p3(CODE, w0, w1, w2, a, b, c):
     return lambda CODE, w0, w1, w2, a, b, c: (m2(w2, c) + m0(w0, a)) + m1(w1, b)
 
 
-def _lr_bits(f):
-    """The flags of form ``f`` that :func:`_d3_lr` reads."""
-    return f & (EDGE | MIRR)
-
-
 def _w_class(w):
     return {1.0: 1, -1.0: 2, 2.0: 3}.get(float(w), 0)
 
@@ -261,7 +259,7 @@ def _ol_d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
         return None
     f = FORM.literal_value
     PV = _pass3(f, ZV, KV_SHIFT, 4, True)
-    LR = _lr_bits(f)
+    LR = f & _LR_BITS
 
     def ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
         ul, ur = _d3_lr(LR, x, up, l, r, t)
@@ -283,7 +281,7 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
     if not _literal(FORM):
         return None
     f = FORM.literal_value
-    LR = _lr_bits(f)
+    LR = f & _LR_BITS
     if f & 3 == FORM_H:
         PH = _pass3(f, ZH, KH_SHIFT, 10, True)
 
@@ -420,7 +418,7 @@ def _ol_d3_span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
     if not _literal(F0, F1, EPI, K):
         return None
     check = F0.literal_value & SKIPZ and not F0.literal_value & SQONLY
-    folds = F0.literal_value & (EDGE | MIRR)
+    folds = F0.literal_value & _LR_BITS
     magc = EPI.literal_value == EPI_MAG
     P0, P1 = F0.literal_value & _PX_BITS, F1.literal_value & _PX_BITS
 
@@ -449,7 +447,7 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
     k2 = K.literal_value == 2 and EPI.literal_value == EPI_STACK
     stream = F0.literal_value & STREAM
     check = F0.literal_value & SKIPZ and not F0.literal_value & SQONLY
-    folds = F0.literal_value & (EDGE | MIRR)
+    folds = F0.literal_value & _LR_BITS
     magc = EPI.literal_value == EPI_MAG
     P0, P1 = F0.literal_value & _PX_BITS, F1.literal_value & _PX_BITS
 
