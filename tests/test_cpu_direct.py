@@ -81,13 +81,29 @@ def _halves(op, mode):
     return ((torch.float16, torch.bfloat16)[SAME_BITS_CORE.index((op, mode)) % 2],)
 
 
+def _runs(name, x, op, mode):
+    """Whether a core case runs the op ``name`` on ``x``: 16-bit inputs take every other op, the
+    half chosen by the case (``_HALF_OPS``: each 16-bit dtype meets every op, and every way of
+    folding meets every op in 16 bits; the test's 16-bit kernels, its costliest compiles,
+    halve); every op in the full grid."""
+    if FULL_GRID or x.dtype not in (torch.float16, torch.bfloat16) or (op, mode) not in SAME_BITS_CORE:
+        return True
+    return list(_ops(op)).index(name) % 2 == _HALF_OPS[SAME_BITS_CORE.index((op, mode))]
+
+
+#: per core case, the parity of the ops its 16-bit input takes (cases: float16, bfloat16 in
+#: turn; folds EDGE, MIRR, MIRR, EDGE, none, none)
+_HALF_OPS = (0, 0, 1, 1, 0, 1)
+
+
 @cases("op, mode", [(op, mode) for op in OPERATORS for mode in FOLDING], SAME_BITS_CORE)
 def test_same_bits_as_the_general_engine(op, mode, monkeypatch, launches):
     xs = [rand(3, h, w, seed=h * 31 + w) for h, w in SHAPES]
     xs.append(rand(2, 28, 28, seed=5, dtype=torch.float32))
     xs += [rand(1, 7, 6, seed=6, dtype=dt) if dt == torch.float16 else rand(2, 6, 7, seed=7, dtype=dt)
            for dt in _halves(op, mode)]
-    got = {(name, i): f(x, mode=mode, cval=2.5) for name, f in _ops(op).items() for i, x in enumerate(xs)}
+    got = {(name, i): f(x, mode=mode, cval=2.5) for name, f in _ops(op).items() for i, x in enumerate(xs)
+           if _runs(name, x, op, mode)}
     assert launches and all(_direct(fn) for fn in launches)
     _general(monkeypatch)
     launches.clear()

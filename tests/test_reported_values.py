@@ -158,8 +158,8 @@ def test_constant_image_sobel_constant_mode_cval0(engine):
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_channels_are_independent(engine, name):
     """A 1x3x5x5 input where only channel 1 is nonzero: channels 0 and 2 come out exactly 0."""
-    x = torch.zeros(1, 3, 5, 5)
-    x[0, 1] = torch.rand(5, 5, generator=torch.Generator().manual_seed(0)) + 0.5
+    x = torch.zeros(1, 3, 5, 5, dtype=torch.float64)
+    x[0, 1] = torch.rand(5, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 0.5
     for mode in ("reflect", "wrap", "constant"):
         y = OPS[name](x, mode=mode, backend=engine)  # cval = 0
         for c in (0, 2):
