@@ -140,7 +140,7 @@ def test_full_disk_leaves_only_complete_files(tmp_path, small_tmpfs, capsys, fmt
 # ---------------------------------------------------------------- signals, in subprocesses
 
 _DRIVER = """
-import os, signal, sys
+import os, signal, sys, threading
 import numpy as np
 from torchfilters.cli import outputs
 outputs.CHUNK = 1 << 20                     # 1 MiB writes: many moments to be killed at
@@ -148,8 +148,16 @@ moment, target = sys.argv[1], int(sys.argv[2])
 calls = {"n": 0}
 real_chunked, real_fsync, real_replace = outputs._write_chunked, os.fsync, os.replace
 
-def kill():
-    os.kill(os.getpid(), signal.SIGTERM if not moment.startswith("int") else signal.SIGINT)
+# the signals as a shell's foreground command gets them, whatever this process inherited (once,
+# in a loaded full run, the SIGINT of "int-mid-chunk" was never acted on: the run wrote both
+# files and returned 0, as it does where SIGINT comes ignored or blocked from the parent)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+def kill():  # to this thread, the main one (a signal to the process may go to another thread)
+    sig = signal.SIGTERM if not moment.startswith("int") else signal.SIGINT
+    signal.pthread_kill(threading.main_thread().ident, sig)
 
 def chunked(f, data):                       # kill after `target` chunks of the big output
     big = len(data) > 2 * outputs.CHUNK
