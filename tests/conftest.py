@@ -637,8 +637,10 @@ def _lean_interpreter():
 
     def lean_patch_lang(fn):
         launch = state["launch"]
-        if launch is not None and state["patched"] and langs(fn) <= launch:
+        mine = langs(fn)
+        if launch is not None and state["patched"] and mine and mine <= launch:
             return empty_scope()  # a device function inside a launch: already patched
+        # (no ``triton.language`` in its module: the interpreter's own check and error)
         scope = patch_lang(fn)
         if launch is not None:
             state["patched"] = True  # (the launch's own patch comes first)

@@ -148,9 +148,9 @@ moment, target = sys.argv[1], int(sys.argv[2])
 calls = {"n": 0}
 real_chunked, real_fsync, real_replace = outputs._write_chunked, os.fsync, os.replace
 
-# the signals as a shell's foreground command gets them, whatever this process inherited (once,
-# in a loaded full run, the SIGINT of "int-mid-chunk" was never acted on: the run wrote both
-# files and returned 0, as it does where SIGINT comes ignored or blocked from the parent)
+# the signals as a shell's foreground command gets them, whatever this process inherited (a run
+# started as a background job of a non-interactive shell has SIGINT ignored: "int-mid-chunk"
+# then wrote both files and returned 0)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
