@@ -628,12 +628,11 @@ def _lean_interpreter():
     langs_of = {}
 
     def langs(fn):
-        key = id(fn)
-        hit = langs_of.get(key)
-        if hit is None or hit[0] is not fn:
-            found = frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
-            hit = langs_of[key] = (fn, found)
-        return hit[1]
+        found = langs_of.get(fn)
+        if found is None:
+            found = langs_of[fn] = frozenset(
+                id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
+        return found
 
     def lean_patch_lang(fn):
         launch = state["launch"]
@@ -662,9 +661,9 @@ def _lean_interpreter():
         try:
             return dtypes[tt_dtype]
         except KeyError:
-            got = dtypes[tt_dtype] = np_dtype(tt_dtype)
+            dtypes[tt_dtype] = got = np_dtype(tt_dtype)
             return got
-        except TypeError:  # (unhashable)
+        except TypeError:  # (unhashable: pointer types)
             return np_dtype(tt_dtype)
 
     interp._patch_lang, interp.GridExecutor.__call__, interp._get_np_dtype = lean_patch_lang, lean_call, lean_np_dtype

@@ -71,29 +71,28 @@ SAME_BITS_CORE = [
 ]
 
 
+#: per core case, its 16-bit input's dtype and the parity of the ops that input takes: the
+#: dtypes alternate (the kernels compute both in float32 and differ only in their loads and
+#: stores, so one per operator and way of folding covers them: 43 of the test's 67 cold compiles
+#: were 16-bit), and the ops are halved so that each 16-bit dtype meets every op and every way
+#: of folding (EDGE, MIRR, MIRR, EDGE, none, none) meets every op in 16 bits
+_HALF_PLAN = ((torch.float16, 0), (torch.bfloat16, 0), (torch.float16, 1), (torch.bfloat16, 1),
+              (torch.float16, 0), (torch.bfloat16, 1))
+
+
 def _halves(op, mode):
-    """The 16-bit dtypes a case runs in: one of the two per core case, alternating (the kernels
-    compute both in float32 and differ only in their loads and stores, so one per operator and
-    way of folding covers them: 43 of the test's 67 cold compiles were 16-bit); both in the
-    full grid."""
+    """The 16-bit dtypes a case runs in: one per core case (``_HALF_PLAN``); both in the full grid."""
     if FULL_GRID or (op, mode) not in SAME_BITS_CORE:
         return (torch.float16, torch.bfloat16)
-    return ((torch.float16, torch.bfloat16)[SAME_BITS_CORE.index((op, mode)) % 2],)
+    return (_HALF_PLAN[SAME_BITS_CORE.index((op, mode))][0],)
 
 
 def _runs(name, x, op, mode):
-    """Whether a core case runs the op ``name`` on ``x``: 16-bit inputs take every other op, the
-    half chosen by the case (``_HALF_OPS``: each 16-bit dtype meets every op, and every way of
-    folding meets every op in 16 bits; the test's 16-bit kernels, its costliest compiles,
-    halve); every op in the full grid."""
+    """Whether a case runs the op ``name`` on ``x``: a core case's 16-bit input takes every other
+    op (``_HALF_PLAN``); every op in the full grid."""
     if FULL_GRID or x.dtype not in (torch.float16, torch.bfloat16) or (op, mode) not in SAME_BITS_CORE:
         return True
-    return list(_ops(op)).index(name) % 2 == _HALF_OPS[SAME_BITS_CORE.index((op, mode))]
-
-
-#: per core case, the parity of the ops its 16-bit input takes (cases: float16, bfloat16 in
-#: turn; folds EDGE, MIRR, MIRR, EDGE, none, none)
-_HALF_OPS = (0, 0, 1, 1, 0, 1)
+    return list(_ops(op)).index(name) % 2 == _HALF_PLAN[SAME_BITS_CORE.index((op, mode))][1]
 
 
 @cases("op, mode", [(op, mode) for op in OPERATORS for mode in FOLDING], SAME_BITS_CORE)
