@@ -19,8 +19,9 @@ underflowed; otherwise it redoes itself with them, rescaling those sums
 output for writing.  This is what brings a batch of 28x28 planes and a
 4096x4096 image near the memory floor.
 
-Kernels are specialised on the stencil forms, the epilogue and the mode's
-column class, never on the image size, with one exception: outputs larger than
+Kernels are specialised on the stencil forms (the kind and order of each pass, not its
+weights: Sobel, Prewitt and Scharr share them), the epilogue and the mode's column class,
+never on the image size, with one exception: outputs larger than
 the last-level cache, of planes at least 256 wide, use a streaming-store variant
 (``STREAM``), which ``torchfilters warmup`` compiles ahead.
 """
@@ -154,74 +155,43 @@ def _literal(*codes):
     return all(isinstance(c, types.IntegerLiteral) for c in codes)
 
 
-@njit(inline="always", **_JIT)
-def _w_any(w, v):
-    return w * v
-
-
-@njit(inline="always", **_JIT)
-def _w_one(w, v):
-    return v
-
-
-@njit(inline="always", **_JIT)
-def _w_minus_one(w, v):
-    return -v
-
-
-@njit(inline="always", **_JIT)
-def _w_two(w, v):
-    return v + v
-
-
-#: ``w * v`` for a tap of weight class 0 (any weight), 1 (+1), 2 (-1), 3 (+2): the classes
-#: give the same bits as the product (NaN, inf and signed zeros included) without a multiply
-_W_CLASS = (_w_any, _w_one, _w_minus_one, _w_two)
-
-
 def _p3(CODE, w0, w1, w2, a, b, c):  # pragma: no cover - overload below
     raise NotImplementedError
 
 
-def _pass3(f, zero_flag, kshift, wshift, first):
+def _pass3(f, zero_flag, kshift, first):
     """The literal code of one 3-tap pass of form ``f`` for :func:`_p3`: its kind (bits
-    ``kshift``), whether its zero centre tap is left out (SKIPZ, ``zero_flag`` set, and the
+    ``kshift``) and whether its zero centre tap is left out (SKIPZ, ``zero_flag`` set, and the
     ``first`` pass: it multiplies a sample, finite there, and ``x * 0`` is +-0; a second pass
-    keeps it, as an overflowed intermediate times 0 is NaN in SciPy too) and the weight
-    classes of its taps (bits ``wshift``)."""
+    keeps it, as an overflowed intermediate times 0 is NaN in SciPy too).  The weights are
+    run-time values: one kernel serves every operator of a form (Sobel, Prewitt, Scharr,
+    ``normalized`` or not)."""
     skip = bool(first and f & SKIPZ and f & zero_flag)
-    return ((f >> kshift) & 3) | (skip << 2) | (((f >> wshift) & 0x3F) << 3)
+    return ((f >> kshift) & 3) | (skip << 2)
 
 
 @overload(_p3)
 def _ol_p3(CODE, w0, w1, w2, a, b, c):
     """One 3-tap pass on samples ``a, b, c`` (offsets -1, 0, 1) in SciPy's order
     (``NI_Correlate1D``): (anti)symmetric ``w1*b + (a +- c)*w0`` (the pair times the left
-    weight), general ``(w2*c + w0*a) + w1*b``; products by weight class (``_W_CLASS``)."""
+    weight), general ``(w2*c + w0*a) + w1*b``."""
     if not _literal(CODE):
         return None
     code = CODE.literal_value
     kind, skip = code & 3, code & 4
-    m0, m1, m2 = (_W_CLASS[(code >> (3 + 2 * t)) & 3] for t in range(3))
     if kind == KSYM:
         if skip:
-            return lambda CODE, w0, w1, w2, a, b, c: m0(w0, a + c)
-        return lambda CODE, w0, w1, w2, a, b, c: m1(w1, b) + m0(w0, a + c)
+            return lambda CODE, w0, w1, w2, a, b, c: w0 * (a + c)
+        return lambda CODE, w0, w1, w2, a, b, c: w1 * b + w0 * (a + c)
     if kind == KANTI:
-        if skip and (code >> 3) & 3 == 2:  # (a - c) * -1: c - a (only a zero's sign differs: SKIPZ)
-            return lambda CODE, w0, w1, w2, a, b, c: c - a
         if skip:
-            return lambda CODE, w0, w1, w2, a, b, c: m0(w0, a - c)
-        return lambda CODE, w0, w1, w2, a, b, c: m1(w1, b) + m0(w0, a - c)
+            return lambda CODE, w0, w1, w2, a, b, c: w0 * (a - c)
+        return lambda CODE, w0, w1, w2, a, b, c: w1 * b + w0 * (a - c)
     if kind == KDENSE:  # a dense stencil's taps in order, as the general engine sums them
-        return lambda CODE, w0, w1, w2, a, b, c: (m0(w0, a) + m1(w1, b)) + m2(w2, c)
+        return lambda CODE, w0, w1, w2, a, b, c: (w0 * a + w1 * b) + w2 * c
     if skip:
-        return lambda CODE, w0, w1, w2, a, b, c: m2(w2, c) + m0(w0, a)
-    return lambda CODE, w0, w1, w2, a, b, c: (m2(w2, c) + m0(w0, a)) + m1(w1, b)
-
-
-def _w_class(w):
-    return {1.0: 1, -1.0: 2, 2.0: 3}.get(float(w), 0)
+        return lambda CODE, w0, w1, w2, a, b, c: w2 * c + w0 * a
+    return lambda CODE, w0, w1, w2, a, b, c: (w2 * c + w0 * a) + w1 * b
 
 
 @overload(_d3_lr)
@@ -258,7 +228,7 @@ def _ol_d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
     if not _literal(FORM):
         return None
     f = FORM.literal_value
-    PV = _pass3(f, ZV, KV_SHIFT, 4, True)
+    PV = _pass3(f, ZV, KV_SHIFT, True)
     LR = f & _LR_BITS
 
     def ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
@@ -276,14 +246,14 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
     offsets ``l``/``r``): FORM_H ``h . x[row, l/c/r]``, FORM_V ``v . x[up/mid/dn, c]``, FORM_VH
     ``h . (v . x)`` (vertical pass first), or with HFIRST ``v . (h . x)``: the spec's order;
     each pass in SciPy's order (:func:`_p3`); ``| ZV`` / ``| ZH``: the vertical / horizontal
-    centre tap is 0; bits 4.. : the weight class of each tap (``_W_CLASS``).  Every tap is
+    centre tap is 0.  Every tap is
     multiplied, zeros too (SciPy's 1-D passes: a NaN under a 0 tap is NaN), but under SKIPZ."""
     if not _literal(FORM):
         return None
     f = FORM.literal_value
     LR = f & _LR_BITS
     if f & 3 == FORM_H:
-        PH = _pass3(f, ZH, KH_SHIFT, 10, True)
+        PH = _pass3(f, ZH, KH_SHIFT, True)
 
         def h(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
             ml, mr = _d3_lr(LR, x, mid, l, r, t)
@@ -291,12 +261,12 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
 
         return h
     if f & 3 == FORM_V:
-        PV = _pass3(f, ZV, KV_SHIFT, 4, True)
+        PV = _pass3(f, ZV, KV_SHIFT, True)
         return lambda FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2: _p3(
             PV, v0, v1, v2, _ld(x, up), _ld(x, mid), _ld(x, dn))
     if f & HFIRST:
-        PH = _pass3(f, ZH, KH_SHIFT, 10, True)
-        PV = _pass3(f, ZV, KV_SHIFT, 4, False)
+        PH = _pass3(f, ZH, KH_SHIFT, True)
+        PV = _pass3(f, ZV, KV_SHIFT, False)
 
         def hv(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
             ul, ur = _d3_lr(LR, x, up, l, r, t)
@@ -308,8 +278,8 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
             return _p3(PV, v0, v1, v2, hu, hm, hd)
 
         return hv
-    PV = _pass3(f, ZV, KV_SHIFT, 4, True)
-    PH = _pass3(f, ZH, KH_SHIFT, 10, False)
+    PV = _pass3(f, ZV, KV_SHIFT, True)
+    PH = _pass3(f, ZH, KH_SHIFT, False)
 
     def vh(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
         a, c = _d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2)
@@ -737,7 +707,7 @@ def _d3_form(vt, ht, dt, passes=()):
     def code(base, w):
         c = base | (ZV if w[1] == 0.0 else 0) | (ZH if w[4] == 0.0 else 0)
         c |= (kcode(w[:3]) << KV_SHIFT) | (kcode(w[3:]) << KH_SHIFT)
-        return c | sum(_w_class(wt) << (4 + 2 * t) for t, wt in enumerate(w)), w
+        return c, w
 
     if vt and ht:
         v, h = three(vt, 0), three(ht, 1)
