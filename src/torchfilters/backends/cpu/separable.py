@@ -347,29 +347,16 @@ def _make_vblock(pair, weight):
     (:func:`_psym` / :func:`_wsym`, :func:`_panti` / :func:`_wanti`: a kernel of its own per
     kind, no run-time branch)."""
 
-    @njit(**_JIT)
-    def vblock(V, v0, VS, rows, m0, s0, n, w, r, L, fz):
-        """The vertical pass of 8 output rows, ``n <= L`` columns: ``V[v0 + t*VS + j]`` for output
-        row t (padded rows ``m0 + t``; ``rows[m]`` is the address of padded row m, whose column
-        ``s0 + j`` is read).  The 16 rows a tap step reads slide through registers: two loads per
-        tap for eight outputs."""
+    @njit(inline="always", **_JIT)
+    def half(V, v0, VS, rows, m0, s0, n, w, r, L, fz):
+        """Four output rows from padded row ``m0``: their accumulators and the eight rows a tap
+        step reads stay in registers (eight rows at once would spill accumulators to the stack,
+        whose 64-byte reloads wait on the split stores before them)."""
         w0 = _vsplat(w, 0)
-        x0 = _ldv(_ptr(rows[m0], fz), s0, n, L)
-        x1 = _ldv(_ptr(rows[m0 + 1], fz), s0, n, L)
-        x2 = _ldv(_ptr(rows[m0 + 2], fz), s0, n, L)
-        x3 = _ldv(_ptr(rows[m0 + 3], fz), s0, n, L)
-        x4 = _ldv(_ptr(rows[m0 + 4], fz), s0, n, L)
-        x5 = _ldv(_ptr(rows[m0 + 5], fz), s0, n, L)
-        x6 = _ldv(_ptr(rows[m0 + 6], fz), s0, n, L)
-        x7 = _ldv(_ptr(rows[m0 + 7], fz), s0, n, L)
-        a0 = _vmul(w0, x0)
-        a1 = _vmul(w0, x1)
-        a2 = _vmul(w0, x2)
-        a3 = _vmul(w0, x3)
-        a4 = _vmul(w0, x4)
-        a5 = _vmul(w0, x5)
-        a6 = _vmul(w0, x6)
-        a7 = _vmul(w0, x7)
+        a0 = _vmul(w0, _ldv(_ptr(rows[m0], fz), s0, n, L))
+        a1 = _vmul(w0, _ldv(_ptr(rows[m0 + 1], fz), s0, n, L))
+        a2 = _vmul(w0, _ldv(_ptr(rows[m0 + 2], fz), s0, n, L))
+        a3 = _vmul(w0, _ldv(_ptr(rows[m0 + 3], fz), s0, n, L))
         if r > 0:
             # SciPy's order: the pairs from the outermost in (k = r .. 1), each added after its
             # product (no fused multiply-add).  l_t = x[m0 + t - k], u_t = x[m0 + t + k]
@@ -377,34 +364,33 @@ def _make_vblock(pair, weight):
             l1 = _ldv(_ptr(rows[m0 + 1 - r], fz), s0, n, L)
             l2 = _ldv(_ptr(rows[m0 + 2 - r], fz), s0, n, L)
             l3 = _ldv(_ptr(rows[m0 + 3 - r], fz), s0, n, L)
-            l4 = _ldv(_ptr(rows[m0 + 4 - r], fz), s0, n, L)
-            l5 = _ldv(_ptr(rows[m0 + 5 - r], fz), s0, n, L)
-            l6 = _ldv(_ptr(rows[m0 + 6 - r], fz), s0, n, L)
-            l7 = _ldv(_ptr(rows[m0 + 7 - r], fz), s0, n, L)
             u0 = _ldv(_ptr(rows[m0 + r], fz), s0, n, L)
             u1 = _ldv(_ptr(rows[m0 + 1 + r], fz), s0, n, L)
             u2 = _ldv(_ptr(rows[m0 + 2 + r], fz), s0, n, L)
             u3 = _ldv(_ptr(rows[m0 + 3 + r], fz), s0, n, L)
-            u4 = _ldv(_ptr(rows[m0 + 4 + r], fz), s0, n, L)
-            u5 = _ldv(_ptr(rows[m0 + 5 + r], fz), s0, n, L)
-            u6 = _ldv(_ptr(rows[m0 + 6 + r], fz), s0, n, L)
-            u7 = _ldv(_ptr(rows[m0 + 7 + r], fz), s0, n, L)
             for k in range(r, 0, -1):
                 if k < r:
-                    l0, l1, l2, l3, l4, l5, l6 = l1, l2, l3, l4, l5, l6, l7
-                    l7 = _ldv(_ptr(rows[m0 + 7 - k], fz), s0, n, L)
-                    u7, u6, u5, u4, u3, u2, u1 = u6, u5, u4, u3, u2, u1, u0
+                    l0, l1, l2 = l1, l2, l3
+                    l3 = _ldv(_ptr(rows[m0 + 3 - k], fz), s0, n, L)
+                    u3, u2, u1 = u2, u1, u0
                     u0 = _ldv(_ptr(rows[m0 + k], fz), s0, n, L)
                 wk = weight(w, k)
                 a0 = _vadd(a0, _vmul(pair(l0, u0), wk))
                 a1 = _vadd(a1, _vmul(pair(l1, u1), wk))
                 a2 = _vadd(a2, _vmul(pair(l2, u2), wk))
                 a3 = _vadd(a3, _vmul(pair(l3, u3), wk))
-                a4 = _vadd(a4, _vmul(pair(l4, u4), wk))
-                a5 = _vadd(a5, _vmul(pair(l5, u5), wk))
-                a6 = _vadd(a6, _vmul(pair(l6, u6), wk))
-                a7 = _vadd(a7, _vmul(pair(l7, u7), wk))
-        _st8(V, v0, VS, a0, a1, a2, a3, a4, a5, a6, a7, n, L)
+        _stv(V, v0, a0, n, L)
+        _stv(V, v0 + VS, a1, n, L)
+        _stv(V, v0 + 2 * VS, a2, n, L)
+        _stv(V, v0 + 3 * VS, a3, n, L)
+
+    @njit(**_JIT)
+    def vblock(V, v0, VS, rows, m0, s0, n, w, r, L, fz):
+        """The vertical pass of 8 output rows, ``n <= L`` columns: ``V[v0 + t*VS + j]`` for output
+        row t (padded rows ``m0 + t``; ``rows[m]`` is the address of padded row m, whose column
+        ``s0 + j`` is read), as two blocks of four rows."""
+        half(V, v0, VS, rows, m0, s0, n, w, r, L, fz)
+        half(V, v0 + 4 * VS, VS, rows, m0 + 4, s0, n, w, r, L, fz)
 
     return vblock
 
