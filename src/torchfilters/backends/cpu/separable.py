@@ -360,25 +360,24 @@ def _make_vblock(pair, weight):
         if r > 0:
             # SciPy's order: the pairs from the outermost in (k = r .. 1), each added after its
             # product (no fused multiply-add).  l_t = x[m0 + t - k], u_t = x[m0 + t + k]
+            # (each step loads its two new rows first: no branch in the loop, whose rotation
+            # then stays in registers)
             l0 = _ldv(_ptr(rows[m0 - r], fz), s0, n, L)
             l1 = _ldv(_ptr(rows[m0 + 1 - r], fz), s0, n, L)
             l2 = _ldv(_ptr(rows[m0 + 2 - r], fz), s0, n, L)
-            l3 = _ldv(_ptr(rows[m0 + 3 - r], fz), s0, n, L)
-            u0 = _ldv(_ptr(rows[m0 + r], fz), s0, n, L)
             u1 = _ldv(_ptr(rows[m0 + 1 + r], fz), s0, n, L)
             u2 = _ldv(_ptr(rows[m0 + 2 + r], fz), s0, n, L)
             u3 = _ldv(_ptr(rows[m0 + 3 + r], fz), s0, n, L)
             for k in range(r, 0, -1):
-                if k < r:
-                    l0, l1, l2 = l1, l2, l3
-                    l3 = _ldv(_ptr(rows[m0 + 3 - k], fz), s0, n, L)
-                    u3, u2, u1 = u2, u1, u0
-                    u0 = _ldv(_ptr(rows[m0 + k], fz), s0, n, L)
+                l3 = _ldv(_ptr(rows[m0 + 3 - k], fz), s0, n, L)
+                u0 = _ldv(_ptr(rows[m0 + k], fz), s0, n, L)
                 wk = weight(w, k)
                 a0 = _vadd(a0, _vmul(pair(l0, u0), wk))
                 a1 = _vadd(a1, _vmul(pair(l1, u1), wk))
                 a2 = _vadd(a2, _vmul(pair(l2, u2), wk))
                 a3 = _vadd(a3, _vmul(pair(l3, u3), wk))
+                l0, l1, l2 = l1, l2, l3
+                u3, u2, u1 = u2, u1, u0
         _stv(V, v0, a0, n, L)
         _stv(V, v0 + VS, a1, n, L)
         _stv(V, v0 + 2 * VS, a2, n, L)
