@@ -384,12 +384,14 @@ def _make_vblock(pair, weight):
         _stv(V, v0 + 3 * VS, a3, n, L)
 
     @njit(**_JIT)
-    def vblock(V, v0, VS, rows, m0, s0, n, w, r, L, fz):
+    def vblock(V, v0, VS, rows, m0, s0, n, w, r, L, fz, nr):
         """The vertical pass of 8 output rows, ``n <= L`` columns: ``V[v0 + t*VS + j]`` for output
         row t (padded rows ``m0 + t``; ``rows[m]`` is the address of padded row m, whose column
-        ``s0 + j`` is read), as two blocks of four rows."""
+        ``s0 + j`` is read), as two blocks of four rows; the second only where the block has
+        more than four (``nr``) rows the caller uses."""
         half(V, v0, VS, rows, m0, s0, n, w, r, L, fz)
-        half(V, v0 + 4 * VS, VS, rows, m0 + 4, s0, n, w, r, L, fz)
+        if nr > 4:
+            half(V, v0 + 4 * VS, VS, rows, m0 + 4, s0, n, w, r, L, fz)
 
     return vblock
 
@@ -611,8 +613,8 @@ def _k_sep(xa, oa, carrier, Pa, Fa, Fb, La, inplace, direct, stream, accumulate,
                         _prefetch_rows(x, P, fold, ra - E + blk * R + R + 2 * E, R, xb, xsH, xsW, sgo, nsg)
                     elif it + 1 < it1 and (it + 1) % NB != 0:
                         _prefetch_rows(x, P, fold, rb + E, R, xb, xsH, xsW, sgo, nsg)
-                nr = min(R, rb - ra - blk * R)
                 i0 = ra + blk * R
+                nr = min(R, rb - ra - blk * R)
                 for k in range(2 if two else 1):  # (two: the second stencil added to the first)
                     # vertical pass of every segment: intermediate row t <-> output row ra + blk*R + t
                     wvk = wv2 if k == 1 else wv
@@ -622,7 +624,7 @@ def _k_sep(xa, oa, carrier, Pa, Fa, Fb, La, inplace, direct, stream, accumulate,
                         n = P[e + 2]
                         s0 = P[e] if inplace else tcol
                         for j in range(0, n, L):
-                            _vblock(V, P[e + 1] + j, VS, rp, blk * R + E, s0 + j, min(L, n - j), wvk, rv, L, fz)
+                            _vblock(V, P[e + 1] + j, VS, rp, blk * R + E, s0 + j, min(L, n - j), wvk, rv, L, fz, nr)
                         tcol += -(-n // L) * L
                     if vpad:
                         _pad_rows(V, VS, G, nr, W, c0, cw, mode, Fc, L)

@@ -544,9 +544,9 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                             zd = (a * SMAX + s) * ZS
                             for j in range(0, W, L):
                                 if rad > 0:
-                                    _vblock(Z, zd + j, ZP, RW, rr, j, min(L, W - j), wp, rr, L, fz)
+                                    _vblock(Z, zd + j, ZP, RW, rr, j, min(L, W - j), wp, rr, L, fz, R)
                                 else:
-                                    _vblock_anti(Z, zd + j, ZP, RW, rr, j, min(L, W - j), wp, rr, L, fz)
+                                    _vblock_anti(Z, zd + j, ZP, RW, rr, j, min(L, W - j), wp, rr, L, fz, R)
                         else:
                             _comb8(Z, (a * SMAX + s) * ZS, ZP, src, base, sD, F, fent + e0, ne, W, L)
                     continue
@@ -591,9 +591,9 @@ def _k_vol(sa, oa, aa, ma, Ta, fz, Pa, Fa, La, it0, it1):
                                 RW[m] = Za + (zr + m * ZS) * isz
                             for j in range(0, W, L):
                                 if rad > 0:
-                                    _vblock(Y, yb + j, RS, RW, rr, j, min(L, W - j), wp, rr, L, fz)
+                                    _vblock(Y, yb + j, RS, RW, rr, j, min(L, W - j), wp, rr, L, fz, R)
                                 else:
-                                    _vblock_anti(Y, yb + j, RS, RW, rr, j, min(L, W - j), wp, rr, L, fz)
+                                    _vblock_anti(Y, yb + j, RS, RW, rr, j, min(L, W - j), wp, rr, L, fz, R)
                         elif flag != 0:
                             e0 = P[ip + i]
                             ne = P[ip + i + 1] - e0
