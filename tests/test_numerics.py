@@ -219,6 +219,36 @@ def test_correlate1d_follows_scipys_classification(backend, weights, kind):
         assert not np.allclose(e[:, 1:10], plain, rtol=1e-3, atol=0)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("weights", [[[1.0, 1.0, 1.0]], [[1.0], [2.0], [1.0]], [[1.0, 2.0]],
+                                     [[0.0, 1.0, 0.0], [1.0, -1.0, 1.0], [0.0, 1.0, 0.0]]])
+@pytest.mark.parametrize("engine", ["reference", "cpu", "cpu-tiled"])
+def test_dense_correlate_sums_from_positive_zero(engine, weights, mode, monkeypatch):
+    """SciPy's N-D ``correlate`` starts its sum at +0.0: a window of -0.0 samples gives +0.0 (a
+    1-D pass, ``correlate1d``, gives -0.0 there).  Found by review: the reference engine and the
+    direct path's 1x3 / 3x1 stencils gave -0.0.  (The Triton engine's dense sums are not SciPy's
+    bits -- its slices add in another order -- and start at -0.0: not checked here.)"""
+    backend = engine
+    if engine == "cpu-tiled":
+        cpu = pytest.importorskip("torchfilters.backends.cpu")
+        monkeypatch.setattr(cpu, "_d3_plan", lambda *a, **k: None)
+        backend = "cpu"
+    rng = np.random.default_rng(7)
+    x = np.where(rng.random((2, 6, 9)) < 0.7, -0.0, 0.0)  # mostly -0.0, some +0.0
+    x[0, 2, 3] = 1.5  # and a window that is not zero
+    w = np.array(weights)
+    got = tf.correlate(torch.from_numpy(x), torch.from_numpy(w), mode=mode, cval=-0.0, backend=backend).numpy()
+    for b in range(2):
+        e = ndi.correlate(x[b], w, mode=mode, cval=-0.0)
+        assert (e == 0).any() and not np.signbit(e[e == 0]).any()  # (SciPy's zeros are +0.0)
+        assert same_bits(got[b], e), mismatch(got[b], e)
+    v = np.full((1, 3, 4, 5), -0.0)
+    w3 = np.ones((1, 1, 3))
+    got = tf.correlate(torch.from_numpy(v), torch.from_numpy(w3), axes=(-3, -2, -1), mode=mode, backend=backend).numpy()
+    e = ndi.correlate(v[0], w3, mode=mode)
+    assert same_bits(got[0], e), mismatch(got[0], e)
+
+
 def test_pass_kind_and_entries():
     assert pass_kind((1.0,)) == SYM
     assert pass_kind((1.0, 1.0)) == GENERAL

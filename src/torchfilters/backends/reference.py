@@ -111,7 +111,9 @@ def apply_stencil(x: torch.Tensor, st: Stencil, mode, cval: float, ndim: int = 2
         sl = (Ellipsis,) + tuple(slice(i, i + n) for i, n in zip(idx, sizes))
         term = xp[sl] * w
         y = term if y is None else y + term
-    return y if y is not None else torch.zeros_like(x)
+    # SciPy's N-D ``correlate`` starts its sum at +0.0: ``((0 + t0) + t1) + ...``, which is
+    # ``(t0 + t1 + ...) + 0``: only a sum of -0.0 terms changes (to +0.0)
+    return y + 0.0 if y is not None else torch.zeros_like(x)
 
 
 def _magnitude(ys):

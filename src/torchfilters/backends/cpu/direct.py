@@ -187,8 +187,10 @@ def _ol_p3(CODE, w0, w1, w2, a, b, c):
         if skip:
             return lambda CODE, w0, w1, w2, a, b, c: w0 * (a - c)
         return lambda CODE, w0, w1, w2, a, b, c: w1 * b + w0 * (a - c)
-    if kind == KDENSE:  # a dense stencil's taps in order, as the general engine sums them
-        return lambda CODE, w0, w1, w2, a, b, c: (w0 * a + w1 * b) + w2 * c
+    if kind == KDENSE:  # a dense stencil's taps in order, from +0.0, as SciPy's N-D correlate and
+        # the general engine sum them (``((0 + t0) + t1) + t2`` is ``((t0 + t1) + t2) + 0``: only a
+        # sum of -0.0 terms changes; ``w1 - w1`` is +0.0, the weights being finite)
+        return lambda CODE, w0, w1, w2, a, b, c: ((w0 * a + w1 * b) + w2 * c) + (w1 - w1)
     if skip:
         return lambda CODE, w0, w1, w2, a, b, c: w2 * c + w0 * a
     return lambda CODE, w0, w1, w2, a, b, c: (w2 * c + w0 * a) + w1 * b
