@@ -9,7 +9,8 @@ Per work item (a few whole planes, or a block of rows of one column strip of a l
 * **Vertical pass, register-blocked.**  Eight output rows at a time (two blocks of four),
   per vector of columns, with the taps folded (``w_k * (x[i-k] + x[i+k])``: half the
   multiplies) and the eight input rows a block reads kept in registers as they slide (two
-  loads per tap for four outputs; eight rows at once spilled accumulators to the stack).  Input rows come straight from the input (float32/float64 rows of unit stride
+  loads per tap for four outputs; eight rows at once spilled accumulators to the stack).
+  Input rows come straight from the input (float32/float64 rows of unit stride
   whose window fits L1) or from a small ring tile that converts float16/bfloat16, gathers
   strided rows and breaks the 4 KiB aliasing of power-of-two row strides.  Boundary modes fold
   whole rows through a table (``constant``: a row of ``cval``).
