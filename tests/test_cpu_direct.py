@@ -62,7 +62,7 @@ def _direct(fn):
 
 
 #: every operator and every mode, each operator in one way of folding its border columns --
-#: EDGE (reflect, nearest), MIRR (mirror), none (wrap) -- and the grid-* aliases beside their
+#: EDGE (reflect, nearest), MIRR (mirror), FAR (wrap) -- and the grid-* aliases beside their
 #: mode (the same kernels): about 105 compiled kernels instead of 246 on a cold numba cache
 #: (the SciPy parity grids run every operator in every mode on this engine in float64)
 SAME_BITS_CORE = [
@@ -75,7 +75,7 @@ SAME_BITS_CORE = [
 #: dtypes alternate (the kernels compute both in float32 and differ only in their loads and
 #: stores, so one per operator and way of folding covers them: 43 of the test's 67 cold compiles
 #: were 16-bit), and the ops are halved so that each 16-bit dtype meets every op and every way
-#: of folding (EDGE, MIRR, MIRR, EDGE, none, none) meets every op in 16 bits
+#: of folding (EDGE, MIRR, MIRR, EDGE, FAR, FAR) meets every op in 16 bits
 _HALF_PLAN = ((torch.float16, 0), (torch.bfloat16, 0), (torch.float16, 1), (torch.bfloat16, 1),
               (torch.float16, 0), (torch.bfloat16, 1))
 
@@ -215,8 +215,8 @@ def test_streaming_stores_give_the_same_bits(dtype, mode, monkeypatch, launches)
     """Outputs larger than the cache take non-temporal stores of whole output lines through a
     line buffer (``STREAM``); forced here on small outputs.  Every misalignment of ``out=``
     (the partial lines at a run's ends are stored directly), planes narrower than a line and
-    wider than a chunk (16 lines), row blocks, border columns selected in the run (reflect)
-    or redone after it (wrap), a NaN (the rerun), and a stacked gradient (two outputs: not
+    wider than a chunk (16 lines), row blocks, border columns selected in the run from the
+    samples read (reflect) or from one loaded at an offset (wrap), a NaN (the rerun), and a stacked gradient (two outputs: not
     streamed): the bits of the regular stores."""
     xs = [rand(3, 5, 4, seed=1, dtype=dtype), rand(2, 28, 28, seed=2, dtype=dtype), rand(1, 9, 70, seed=3, dtype=dtype),
           rand(1, 41, 300, seed=4, dtype=dtype)]

@@ -3,13 +3,14 @@ passes of three taps at offsets -1, 0, 1 -- in the modes that fold onto samples
 (all but ``constant``) skip the tile: with contiguous rows in and out, a kernel
 specialised per (stencil forms, epilogue) reads the input in place, one long
 flat loop over a plane's interior rows (taps at constant flat offsets: loads,
-taps, epilogue and store in one vectorised pass; columns 0 and W-1 read across
-row ends there and are recomputed, or, in the modes whose fold is a neighbour
-in the row (reflect, nearest, mirror), take the folded value per lane by a
-select), the first/last rows through the row fold, the two border columns
-through the column fold.  It runs the passes in the spec's order, each summed
-in SciPy's order (``_lowering.pass_kind``: ``w1*b + (a -+ c)*w0`` for the
-derivative and smoothing taps), as the general engine and the reference do:
+taps, epilogue and store in one vectorised pass; the lanes of columns 0 and
+W-1 take their folded neighbour by a select: a sample they read anyway where
+the fold is a neighbour in the row (reflect, nearest, mirror), else one loaded
+at a run-time offset (wrap)), the first/last rows through the row fold, the
+border columns of those rows and of the run's ends through the column fold.
+It runs the passes in the spec's order, each summed in SciPy's order
+(``_lowering.pass_kind``: ``w1*b + (a -+ c)*w0`` for the derivative and
+smoothing taps), as the general engine and the reference do:
 the same bits, signs of zero included.  For the magnitude (which squares the
 signs of zero away) the run leaves the zero centre taps of the first pass out
 when an integer max over the exponent bits of the samples it read shows them
@@ -53,10 +54,10 @@ from .tables import EPI_DIR, EPI_MAG, EPI_STACK, EPI_SUM, L_N, R_O, R_X, _poff
 # in the boundary modes that fold onto image samples (all but ``constant``),
 # the output is computed straight from the input: one long flat loop over the
 # interior rows of a plane (the taps are constant flat offsets, so it
-# vectorises; columns 0 and W-1 read across row ends there and are recomputed,
-# or, in the modes whose fold is a neighbour in the row, selected per lane:
-# EDGE / MIRR), the first and last rows through the row fold, and the two
-# border columns through the column fold.
+# vectorises; the lanes of columns 0 and W-1 select their outer neighbour from
+# the column fold: ``EDGE`` / ``MIRR`` / ``FAR``), the first and
+# last rows through the row fold, and the two border columns of those rows and
+# of the run's ends through the column fold.
 # No tile copy, no intermediate pass buffers: about a third of the work of the
 # general engine, which is what makes a batch of 28x28 planes run near the
 # memory floor.  Outputs larger than the last-level cache, of wide planes, are
@@ -67,10 +68,15 @@ FORM_H, FORM_V, FORM_VH, ZV, ZH = 1, 2, 3, 4, 8
 #: form flag: leave the zero centre taps out (``x * 0`` is +-0 for finite ``x``, so on finite
 #: samples the sum changes only in the sign of a zero; run only after a finiteness check)
 SKIPZ = 1 << 16
-#: form flags for a run over whole rows: the lanes of column 0 / W-1 (``t`` = 1 / 2) take their
-#: outer neighbour from the fold, ``EDGE`` the column itself (reflect, nearest), ``MIRR`` the
-#: column on the other side (mirror): selects instead of scalar fix-ups of the border columns
-EDGE, MIRR = 1 << 17, 1 << 18
+#: form flags of the interior run, over whole rows: the lanes of column 0 / W-1 (classes 1 / 2)
+#: take their outer neighbour from the column fold, selects instead of scalar fix-ups of the
+#: border columns: ``EDGE`` the column itself (reflect, nearest) and ``MIRR`` the column on the
+#: other side (mirror), both samples the lane reads anyway; ``FAR`` a sample loaded at a
+#: run-time offset from the column (wrap: the row's other end).  (One kernel for all three, the
+#: offsets at run time, cost 10-45% in cache: more registers than the loop has, or two more
+#: loads per row and side)
+EDGE, MIRR, FAR = 1 << 17, 1 << 18, 1 << 27
+FOLDS = EDGE | MIRR | FAR
 #: form flag for a run into an output larger than the cache: whole output lines go through a
 #: line buffer and non-temporal stores (``_stream_line``), the partial lines at its ends directly
 STREAM = 1 << 19
@@ -89,9 +95,6 @@ SAFE = 1 << 25
 #: run's first and last centre samples are checked after it
 SQONLY = 1 << 26
 _d3_kernels: dict = {}
-#: the flags of a form that a position's neighbours (``_d3_lr``) depend on: how the run folds
-#: the border columns
-_LR_BITS = EDGE | MIRR
 #: the flags of a form that a stencil (``_d3_st``) reads (not SAFE, STREAM, SQONLY: the
 #: epilogue's and the run's)
 _ST_BITS = ~(SAFE | STREAM | SQONLY)
@@ -198,8 +201,11 @@ def _ol_p3(CODE, w0, w1, w2, a, b, c):
 
 @overload(_d3_lr)
 def _ol_d3_lr(FORM, x, p, l, r, t):
-    """(left, right) neighbours of flat position ``p``: ``x[p + l]``, ``x[p + r]``, or under
-    ``EDGE`` / ``MIRR`` the fold's values for lanes in column 0 (``t == 1``) or W-1 (``t == 2``)."""
+    """(left, right) neighbours of flat position ``p``: ``x[p + l]``, ``x[p + r]``; in the
+    interior run (``l, r = -1, 1``; ``t`` is ``(class, fl, fr)``) the lanes of column 0 (class
+    1) take the column fold's neighbour instead: under ``EDGE`` the column itself, under
+    ``MIRR`` its right neighbour, under ``FAR`` ``x[p + fl]``; those of column W-1 (class 2)
+    likewise (``fr``)."""
     if not _literal(FORM):
         return None
     f = FORM.literal_value
@@ -209,7 +215,7 @@ def _ol_d3_lr(FORM, x, p, l, r, t):
             c = _ld(x, p)
             a = _ld(x, p + l)
             b = _ld(x, p + r)
-            return _sel(t == 1, c, a), _sel(t == 2, c, b)
+            return _sel(t[0] == 1, c, a), _sel(t[0] == 2, c, b)
 
         return edge
     if f & MIRR:
@@ -217,9 +223,16 @@ def _ol_d3_lr(FORM, x, p, l, r, t):
         def mirr(FORM, x, p, l, r, t):
             a = _ld(x, p + l)
             b = _ld(x, p + r)
-            return _sel(t == 1, b, a), _sel(t == 2, a, b)
+            return _sel(t[0] == 1, b, a), _sel(t[0] == 2, a, b)
 
         return mirr
+    if f & FAR:
+
+        def far(FORM, x, p, l, r, t):
+            c, fl, fr = t
+            return _sel(c == 1, _ld(x, p + fl), _ld(x, p + l)), _sel(c == 2, _ld(x, p + fr), _ld(x, p + r))
+
+        return far
     return lambda FORM, x, p, l, r, t: (_ld(x, p + l), _ld(x, p + r))
 
 
@@ -231,7 +244,7 @@ def _ol_d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
         return None
     f = FORM.literal_value
     PV = _pass3(f, ZV, KV_SHIFT, True)
-    LR = f & _LR_BITS
+    LR = f & FOLDS
 
     def ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
         ul, ur = _d3_lr(LR, x, up, l, r, t)
@@ -253,7 +266,7 @@ def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
     if not _literal(FORM):
         return None
     f = FORM.literal_value
-    LR = f & _LR_BITS
+    LR = f & FOLDS
     if f & 3 == FORM_H:
         PH = _pass3(f, ZH, KH_SHIFT, True)
 
@@ -385,18 +398,19 @@ def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
 def _ol_d3_span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
     """Positions ``a .. b-1`` of a run (left/right neighbours at -1/+1), stored at ``o[oq + q]``:
     the vectorised loop.  With ``SKIPZ`` in ``F0`` it returns the max of ``e`` and ``_expo``
-    over the centre samples it read, and for the magnitude of its flags too (``_d3_out``); with ``EDGE`` or ``MIRR``, ``T[tq + q]`` is the column
-    class of position ``q`` (``_d3_lr``)."""
+    over the centre samples it read, and for the magnitude of its flags too (``_d3_out``).  With
+    ``EDGE`` / ``MIRR`` / ``FAR``, ``tq`` is ``(i, fl, fr)``: ``T[i + q]`` is the column class of
+    position ``q``, ``fl`` / ``fr`` the offsets of the fold's neighbours (``_d3_lr``)."""
     if not _literal(F0, F1, EPI, K):
         return None
     check = F0.literal_value & SKIPZ and not F0.literal_value & SQONLY
-    folds = F0.literal_value & _LR_BITS
+    folds = F0.literal_value & FOLDS
     magc = EPI.literal_value == EPI_MAG
     P0, P1 = F0.literal_value & _PX_BITS, F1.literal_value & _PX_BITS
 
     def span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
         for q in range(a, b):
-            t = T[tq + q] if folds else 0
+            t = (T[tq[0] + q], tq[1], tq[2]) if folds else 0
             fl = _d3_pixel(P0, P1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
             if magc:
                 e = max(e, fl)
@@ -419,7 +433,7 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
     k2 = K.literal_value == 2 and EPI.literal_value == EPI_STACK
     stream = F0.literal_value & STREAM
     check = F0.literal_value & SKIPZ and not F0.literal_value & SQONLY
-    folds = F0.literal_value & _LR_BITS
+    folds = F0.literal_value & FOLDS
     magc = EPI.literal_value == EPI_MAG
     P0, P1 = F0.literal_value & _PX_BITS, F1.literal_value & _PX_BITS
 
@@ -453,7 +467,7 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
             # (_d3_span's loop, written out: one function less to compile per kernel, 0.4 s of
             # the first gradient_magnitude call)
             for q in range(c, min(c + ch, n)):
-                t = T[tq + q] if folds else 0
+                t = (T[tq[0] + q], tq[1], tq[2]) if folds else 0
                 fl = _d3_pixel(P0, P1, EPI, K, o, oq + q, osK, x, up + q, mid + q, dn + q, -1, 1, t, w)
                 if magc:
                     e = max(e, fl)
@@ -510,10 +524,11 @@ _D3_CHUNK, _D3_AHEAD = 4, 128
 _D3_STREAM_CHUNK = 16
 #: elements per row block of a large plane on the direct path
 _D3_TILE = 1 << 17
-#: the interior run takes the border columns of its rows (``EDGE`` / ``MIRR`` lanes: 28x28
-#: planes 240 -> 215 ns each in cache) in the modes whose fold is a neighbour in the row.  It is
-#: a property of the mode, not of the width: one kernel serves every image size (on wide planes
-#: the selects cost within noise: 2048x2048 Sobel, one thread, 2.7-3.1 ms with or without)
+#: the interior run takes the border columns of its rows (``FOLDS``: 28x28 planes 240 -> 215 ns
+#: each in cache against recomputing them, wrap 0.99 -> 0.75 ms for 1024 of them; on wide planes
+#: the selects cost within noise: 2048x2048 Sobel, one thread, 2.7-3.1 ms with or without), in
+#: the modes whose fold is a neighbour in the row from the samples it reads (``EDGE``, ``MIRR``),
+#: in the others (wrap) by a load (``FAR``)
 _D3_FOLD = {"reflect": EDGE, "nearest": EDGE, "mirror": MIRR}
 
 
@@ -550,15 +565,15 @@ def _sq_only(forms):
     return False
 
 
-def _d3_kernel(FORMS, EPI, FOLD, STRM):
+def _d3_kernel(FORMS, EPI, FK, STRM):
     """The direct kernel for one or two stencils of the given forms and one epilogue, built
     (and compiled) on first use.  Its closure holds only integers (the disk cache keys on
     them); every constant is known to the compiler, so the interior loop is one fused,
-    vectorised pass (loads, taps, epilogue, store).  ``FOLD``: 0, or ``EDGE`` / ``MIRR`` when
-    the interior run also covers the border columns of the rows in between (``_d3_lr``).
+    vectorised pass (loads, taps, epilogue, store).  ``FK``: how its interior run takes the border
+    columns' neighbours, ``EDGE``, ``MIRR`` or ``FAR`` (:func:`_d3_lr`).
     ``STRM``: 0, or ``STREAM`` for non-temporal stores of the runs' whole output lines (one
     output, larger than the cache: ``_d3_plan``)."""
-    key = (FORMS, EPI, FOLD, STRM)
+    key = (FORMS, EPI, FK, STRM)
     k = _d3_kernels.get(key)
     if k is not None:
         return k
@@ -575,10 +590,10 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
     MAGK = EPI == EPI_MAG
     SF = SAFE if MAGK else 0
     SQ = SQONLY if MAGK and _sq_only(FORMS) else 0
-    S0 = F0 | SKIPZ | FOLD | STRM | SQ
-    S1 = F1 | SKIPZ | FOLD
-    R0 = F0 | FOLD | STRM  # (the run of the other epilogues)
-    R1 = F1 | FOLD
+    S0 = F0 | SKIPZ | FK | STRM | SQ
+    S1 = F1 | SKIPZ | FK
+    R0 = F0 | FK | STRM  # (the run of the other epilogues)
+    R1 = F1 | FK
     G0 = F0 | SF  # the rows again, where their magnitude flagged a pixel
     G1 = F1 | SF
     CHB = _D3_STREAM_CHUNK * 64 + 64 if STRM else 0
@@ -628,9 +643,9 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
                     else:
                         ob += os1
                 # interior rows, one flat run from column 1 of row ia to column W-2 of row ib-1
-                # (so that no tap reads outside the plane); columns 0 and W-1 of the rows in
-                # between read across row ends there: redone below, or under FOLD selected in
-                # the run from the column classes (T: 1 / 2 at columns 0 / W-1, from row ra)
+                # (so that no tap reads outside the plane); the lanes of columns 0 and W-1 of
+                # the rows in between select their outer neighbours from the column fold by their
+                # classes (T: 1 / 2 at columns 0 / W-1, from row ra; offsets dl0 / dr1: FK)
                 run = ib > ia and W > 2
                 redo = False
                 if run:
@@ -639,28 +654,27 @@ def _d3_kernel(FORMS, EPI, FOLD, STRM):
                     tq = q0 - ra * W
                     if SKIP:
                         e = _d3_run(S0, S1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T,
-                                    tq, w, omis, bp)
+                                    (tq, dl0, dr1), w, omis, bp)
                         e = max(e, _expo_max(x, xb + (ia - 1) * W, W), _expo_max(x, xb + ib * W, W),
                                 _expo(_ld(x, xb + q0 - 1)), _expo(_ld(x, xb + q0 + n)), _expo(_ld(x, xb + q0)),
                                 _expo(_ld(x, xb + q0 + n - 1)))
                         redo = e == eall
                     if not SKIP:
-                        _d3_run(R0, R1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T, tq, w,
-                                omis, bp)
+                        _d3_run(R0, R1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T,
+                                (tq, dl0, dr1), w, omis, bp)
                 # (the magnitude's run flagged a sample or a sum of squares: its rows ia .. ib-1 are
                 # redone whole, row by row, by the rescaling row code below -- rare, and one run
                 # variant less to compile)
                 n_re = ib - ia if redo else 0
-                # the first / last row (the row fold), and the border columns (the column fold;
-                # under FOLD only where the run did not go: its first and last position): one
-                # loop over (row, column 0?, column W-1?) tasks, so that each row variant has one
-                # call site (each site is a copy of the row's code: compile time)
-                part = FOLD != 0 and run
-                if STRM and run and (n_re > 0 or not part):
-                    _fence()  # (the rows and border columns are stored over the run's)
-                n_top = ia - ra if part else rb - ra
-                n_bot = rb - ib if part else 0
-                for k in range(n_re + n_top + n_bot + (2 if part else 0)):
+                # the first / last row (the row fold), and the border columns (the column fold)
+                # where the run did not go: its first and last position, or every row without a
+                # run: one loop over (row, column 0?, column W-1?) tasks, so that each row
+                # variant has one call site (each site is a copy of the row's code: compile time)
+                if STRM and n_re > 0:
+                    _fence()  # (the rows redone are stored over the run's)
+                n_top = ia - ra if run else rb - ra
+                n_bot = rb - ib if run else 0
+                for k in range(n_re + n_top + n_bot + (2 if run else 0)):
                     c0 = c1 = True
                     whole = k < n_re
                     kt = k - n_re
@@ -747,22 +761,22 @@ def _d3_plan(info, H, W, N, nthreads, itemsize, aligned):
                 NB = -(-H // BR)
             D = np.array([H, W, BR, NB, MP, fy[0], fy[-1], fx[0], fx[-1]], np.int64)
             F = np.array([w for f in forms for w in f[1]] + [0.0] * 6 * (2 - len(forms)), np.float64)
-            # the run selects the border columns' folded neighbours per lane (rows of at least
-            # three columns have a run; narrower ones go through the row fold alone)
-            fold = _D3_FOLD.get(mode, 0)
-            T = np.zeros(BR * W if fold and W > 2 else 1, np.uint8)
-            if fold and W > 2:
-                assert (int(fx[0]), int(fx[-1])) == ((0, W - 1) if fold == EDGE else (1, W - 2)), (mode, fx)
+            # the run selects the border columns' folded neighbours per lane, ``x[p + fx[0]]`` in
+            # column 0 and ``x[p + fx[-1] - (W-1)]`` in column W-1 (rows of at least three
+            # columns have a run; narrower ones go through the row fold alone)
+            T = np.zeros(BR * W if W > 2 else 1, np.uint8)
+            if W > 2:
                 T[0::W] = 1
                 T[W - 1 :: W] = 2
+            fk = _D3_FOLD.get(mode, FAR)
             # non-temporal stores for one output larger than the cache (two would need the
-            # same alignment), of wide planes (long runs; a fence per row block orders them
-            # before the border columns are redone)
+            # same alignment), of wide planes (long runs; a fence orders them before the rows
+            # of a run that a magnitude redoes)
             strm = 0
             if (N * H * W * itemsize >= _STREAM_BYTES and (len(forms) == 1 or epi != EPI_STACK) and W >= _STREAM_MIN_W
                     and aligned and H > 2):
                 strm = STREAM
-            plan = D3Plan(_d3_kernel(tuple(f[0] for f in forms), epi, fold, strm), D, F, T, -(-N // MP) * NB)
+            plan = D3Plan(_d3_kernel(tuple(f[0] for f in forms), epi, fk, strm), D, F, T, -(-N // MP) * NB)
     if len(_d3_cache) > 1024:
         _d3_cache.clear()
     _d3_cache[key] = (info, plan)

@@ -21,7 +21,7 @@ from . import cache, direct
 #: dtypes the engine runs
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _OPERATORS = ("central", "sobel", "scharr", "prewitt")
-#: one mode per column class of the direct path (EDGE, MIRR, none) and the tiled engine's constant
+#: one mode per column class of the direct path (EDGE, MIRR, FAR) and the tiled engine's constant
 _MODES = ("reflect", "mirror", "wrap", "constant")
 
 
