@@ -227,7 +227,8 @@ def test_dense_correlate_sums_from_positive_zero(engine, weights, mode, monkeypa
     """SciPy's N-D ``correlate`` starts its sum at +0.0: a window of -0.0 samples gives +0.0 (a
     1-D pass, ``correlate1d``, gives -0.0 there).  Found by review: the reference engine and the
     direct path's 1x3 / 3x1 stencils gave -0.0.  (The Triton engine's dense sums are not SciPy's
-    bits -- its slices add in another order -- and start at -0.0: not checked here.)"""
+    bits -- its slices add in another order: its signs of zero, which no order changes, are
+    checked below.)"""
     backend = engine
     if engine == "cpu-tiled":
         cpu = pytest.importorskip("torchfilters.backends.cpu")
@@ -247,6 +248,51 @@ def test_dense_correlate_sums_from_positive_zero(engine, weights, mode, monkeypa
     got = tf.correlate(torch.from_numpy(v), torch.from_numpy(w3), axes=(-3, -2, -1), mode=mode, backend=backend).numpy()
     e = ndi.correlate(v[0], w3, mode=mode)
     assert same_bits(got[0], e), mismatch(got[0], e)
+
+
+@pytest.mark.parametrize("cval", [2.5, -1.0])
+def test_constant_mode_correction_keeps_signs_of_zero(backend, cval):
+    """SciPy pads a two-pass stencil's first pass with ``cval`` in constant mode; the tiled CPU
+    engine folds both passes onto a ``cval`` tile and corrects the border rows or columns.
+    Found by review: its correction added +0.0 inside the image, where SciPy's -0.0 results
+    (an image of -0.0 samples) became +0.0."""
+    x = np.full((2, 7, 8), -0.0)
+    x[1, 3, 4] = 1.5
+    for op in ("sobel", "prewitt"):
+        for axis in (-2, -1):
+            got = getattr(tf, op)(torch.from_numpy(x), axis=axis, mode="constant", cval=cval, backend=backend).numpy()
+            for b in range(2):
+                e = getattr(ndi, op)(x[b], axis=axis + 2, mode="constant", cval=cval)
+                assert np.signbit(e[e == 0]).sum() > 10
+                assert same_bits(got[b], e), (op, axis, b, mismatch(got[b], e))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "constant"])
+def test_triton_dense_correlate_sums_from_positive_zero(triton_engine, mode):
+    """The Triton engine's dense stencils (its footprint kernel) give SciPy's signs of zero: a
+    window of -0.0 samples sums to +0.0, as SciPy's N-D ``correlate`` starts at +0.0 (found by
+    review: the kernel started at -0.0), in 2-D and 3-D.  Its other values within rounding (its
+    terms add in another order).  A selective blur's sums keep the reference's signs."""
+    rng = np.random.default_rng(7)
+    x = np.where(rng.random((2, 6, 9)) < 0.7, -0.0, 0.0)
+    x[0, 2, 3] = 1.5
+    before = triton_engine.LAUNCHES["fwd"]
+    cases = (([[1.0, 2.0], [3.0, 4.0]], (-2, -1), x), ([[[1.0], [2.0]], [[0.5], [3.0]]], (-3, -2, -1), x[None]))
+    for w, axes, xs in cases:
+        w = np.array(w)
+        got = tf.correlate(torch.from_numpy(xs), torch.from_numpy(w), mode=mode, cval=-0.0, axes=axes,
+                           backend="triton").numpy()
+        for b in range(xs.shape[0]):
+            e = ndi.correlate(xs[b], w, mode=mode, cval=-0.0)
+            assert (e == 0).sum() > 10 and not np.signbit(e[e == 0]).any()
+            assert np.array_equal(np.signbit(got[b]), np.signbit(e))
+            np.testing.assert_allclose(got[b], e, rtol=1e-15, atol=0)
+    assert triton_engine.LAUNCHES["fwd"] > before  # (the footprint kernel ran)
+    s = torch.full((1, 5, 6), -0.0, dtype=torch.float64)
+    for nz in (False, True):
+        got = tf.selective_blur(s, -1.0, mode=mode, normalized=nz, backend="triton")
+        want = tf.selective_blur(s, -1.0, mode=mode, normalized=nz, backend="reference")
+        assert torch.equal(torch.signbit(got), torch.signbit(want))
 
 
 def test_pass_kind_and_entries():

@@ -179,6 +179,10 @@ def _correction(passes, mode, cval, H, W):
     corr = cval * (1.0 - math.fsum(first.taps)) * c
     if not np.any(corr != 0.0):
         return 0, None
+    # where nothing is corrected (the rows or columns whose taps all fall inside), -0.0: the
+    # one value whose sum leaves every result as it is, its sign of zero included (a +0.0 made
+    # SciPy's -0.0 results +0.0 inside the image)
+    corr = np.where(corr == 0.0, -0.0, corr)
     return (1 if second.axis == -1 else 2), corr
 
 

@@ -161,6 +161,7 @@ def _footprint(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1
     NCX: tl.constexpr = cfg[7]
     ACC: tl.constexpr = cfg[11]
     UNROLL: tl.constexpr = cfg[12]
+    EPI: tl.constexpr = cfg[13]
     acc0 = tl.full(valid.shape, -0.0, ACC)  # -0.0: the sum of the terms, signed zeros included
     acc1 = tl.full(valid.shape, -0.0, ACC)
     if UNROLL:
@@ -198,6 +199,10 @@ def _footprint(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1
             acc0 += cy0[None, :, None] + cx0[None, None, :]
         if DO1:
             acc1 += cy1[None, :, None] + cx1[None, None, :]
+    if EPI < 3:  # a dense stencil (not a selective blur's sums) from +0.0, as SciPy's N-D correlate
+        # sums it (the same bits as adding +0.0 last: only a sum of -0.0 terms changes)
+        acc0 = acc0 + 0.0
+        acc1 = acc1 + 0.0
     return acc0, acc1
 
 # ---------------------------------------------------------------- sep stencils in SciPy's order
