@@ -272,7 +272,8 @@ def test_triton_dense_correlate_sums_from_positive_zero(triton_engine, mode):
     """The Triton engine's dense stencils (its footprint kernel) give SciPy's signs of zero: a
     window of -0.0 samples sums to +0.0, as SciPy's N-D ``correlate`` starts at +0.0 (found by
     review: the kernel started at -0.0), in 2-D and 3-D.  Its other values within rounding (its
-    terms add in another order).  A selective blur's sums keep the reference's signs."""
+    terms add in another order).  A sum of 1-D passes merged into one footprint (``laplace``) and
+    a selective blur's sums keep the sum of their terms: SciPy's signs and the reference's."""
     rng = np.random.default_rng(7)
     x = np.where(rng.random((2, 6, 9)) < 0.7, -0.0, 0.0)
     x[0, 2, 3] = 1.5
@@ -288,6 +289,11 @@ def test_triton_dense_correlate_sums_from_positive_zero(triton_engine, mode):
             assert np.array_equal(np.signbit(got[b]), np.signbit(e))
             np.testing.assert_allclose(got[b], e, rtol=1e-15, atol=0)
     assert triton_engine.LAUNCHES["fwd"] > before  # (the footprint kernel ran)
+    xl = np.where(rng.random((2, 6, 9)) < 0.85, -0.0, 0.0)  # (-0.0 where the centre is +0.0 and
+    got = tf.laplace(torch.from_numpy(xl), mode=mode, backend="triton").numpy()  # the rest -0.0)
+    e = np.stack([ndi.laplace(v, mode=mode) for v in xl])
+    assert np.signbit(e).sum() >= 2 and (~np.signbit(e)).sum() >= 2
+    assert np.array_equal(np.signbit(got), np.signbit(e))
     s = torch.full((1, 5, 6), -0.0, dtype=torch.float64)
     for nz in (False, True):
         got = tf.selective_blur(s, -1.0, mode=mode, normalized=nz, backend="triton")

@@ -161,7 +161,7 @@ def _footprint(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1
     NCX: tl.constexpr = cfg[7]
     ACC: tl.constexpr = cfg[11]
     UNROLL: tl.constexpr = cfg[12]
-    EPI: tl.constexpr = cfg[13]
+    Z0: tl.constexpr = cfg[29]
     acc0 = tl.full(valid.shape, -0.0, ACC)  # -0.0: the sum of the terms, signed zeros included
     acc1 = tl.full(valid.shape, -0.0, ACC)
     if UNROLL:
@@ -199,8 +199,9 @@ def _footprint(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1
             acc0 += cy0[None, :, None] + cx0[None, None, :]
         if DO1:
             acc1 += cy1[None, :, None] + cx1[None, None, :]
-    if EPI < 3:  # a dense stencil (not a selective blur's sums) from +0.0, as SciPy's N-D correlate
-        # sums it (the same bits as adding +0.0 last: only a sum of -0.0 terms changes)
+    if Z0:  # dense stencils from +0.0, as SciPy's N-D correlate sums them (the same bits as adding
+        # +0.0 last: only a sum of -0.0 terms changes); the merged taps of a sum of 1-D passes
+        # (laplace) and a selective blur's sums keep the terms' sum
         acc0 = acc0 + 0.0
         acc1 = acc1 + 0.0
     return acc0, acc1
@@ -536,12 +537,12 @@ def _fwd_kernel(
     KEEP_BORDER: tl.constexpr, ACC: tl.constexpr, UNROLL: tl.constexpr, EPI: tl.constexpr, F64: tl.constexpr,
     DY: tl.constexpr, DX: tl.constexpr, NT2: tl.constexpr, NA2: tl.constexpr, NB2: tl.constexpr,
     UNROLL2: tl.constexpr, DY2: tl.constexpr, DX2: tl.constexpr, SEPF: tl.constexpr, SP0: tl.constexpr,
-    SP1: tl.constexpr, SOFF: tl.constexpr, SUN: tl.constexpr, NSO: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr,
-    BW: tl.constexpr,
+    SP1: tl.constexpr, SOFF: tl.constexpr, SUN: tl.constexpr, NSO: tl.constexpr, Z0: tl.constexpr, BP: tl.constexpr,
+    BH: tl.constexpr, BW: tl.constexpr,
 ):
     """Stencils + epilogue on a ``[BP planes, BH rows, BW cols]`` tile."""
     cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, 0, F64,
-                         DY, DX, NT2, NA2, NB2, UNROLL2, DY2, DX2, SEPF, SP0, SP1, SOFF, SUN)
+                         DY, DX, NT2, NA2, NB2, UNROLL2, DY2, DX2, SEPF, SP0, SP1, SOFF, SUN, Z0)
     pid = tl.program_id(0)
     tw = pid % n_tw
     rest = pid // n_tw
@@ -610,12 +611,12 @@ def _bwd_kernel(
     F64: tl.constexpr, DY: tl.constexpr, DX: tl.constexpr, NT2: tl.constexpr, NA2: tl.constexpr,
     NB2: tl.constexpr, UNROLL2: tl.constexpr, DY2: tl.constexpr, DX2: tl.constexpr, SEPF: tl.constexpr,
     SP0: tl.constexpr, SP1: tl.constexpr, SOFF: tl.constexpr, SUN: tl.constexpr, NSO: tl.constexpr,
-    BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr, BBY: tl.constexpr, BBX: tl.constexpr,
+    Z0: tl.constexpr, BP: tl.constexpr, BH: tl.constexpr, BW: tl.constexpr, BBY: tl.constexpr, BBX: tl.constexpr,
     EXTRAS: tl.constexpr,
 ):
     """Adjoint on a ``[BP, BH, BW]`` tile of the input gradient: main term, border bands, epilogue."""
     cfg: tl.constexpr = (MODE, SINGLE, NT, NA, NB, K, NCY, NCX, CH, HAS_MASK, KEEP_BORDER, ACC, UNROLL, EPI, USRC, F64,
-                         DY, DX, NT2, NA2, NB2, UNROLL2, DY2, DX2, SEPF, SP0, SP1, SOFF, SUN)
+                         DY, DX, NT2, NA2, NB2, UNROLL2, DY2, DX2, SEPF, SP0, SP1, SOFF, SUN, Z0)
     SL: tl.constexpr = 2 * NT + NCY + NCX + 2 * NT2 + NSO  # slot tables in ip: SY rows, then SX columns, 5 ints each
     pid = tl.program_id(0)
     tw = pid % n_tw

@@ -239,7 +239,7 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
             stencils = [(taps, corr)]
             K, CH = 1, 0
             epi = _BLEND
-        sepf = False
+        sepf = z0 = False
         (ly, hy), (lx, hx) = spec.stencil.extent(-2), spec.stencil.extent(-1)
         ext = (ly, hy, lx, hx)
         has_mask_possible = True
@@ -252,6 +252,8 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
         # sep stencils run pass by pass in SciPy's order (``_sep_stencil``; constant mode exact
         # there: no correction terms); the footprint stays their adjoint's
         sepf = all(st.kind == "sep" for st in spec.stencils) and not summed
+        # dense stencils (N-D correlate / convolve) sum from +0.0, as SciPy's ``correlate``
+        z0 = all(st.kind == "dense" for st in spec.stencils) and not summed
         for st in spec.stencils:
             lowered = _stencil_taps(st, mode, cval)
             if lowered is None:
@@ -317,7 +319,7 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
         NT2=NT2, NA2=NA2, NB2=NB2, UNROLL2=unroll2,
         DY2=tuple(dys2) if unroll2 else (), DX2=tuple(dxs2) if unroll2 else (),
         SEPF=sepf, SP0=sps[0], SP1=sps[-1], SOFF=tuple([0] * (2 * NT + len(cy) + len(cx) + 2 * NT2) + soff) if sun else (),
-        SUN=sun, NSO=len(soff),
+        SUN=sun, NSO=len(soff), Z0=z0,
     )
     plan = _Plan(ip, fp, ce, NT, ext, len(sy), len(sx), BBY, BBX, fwd_tiles, bwd_tiles,
                  recompute=NT <= _RECOMPUTE_MAX)
