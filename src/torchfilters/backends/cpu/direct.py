@@ -6,8 +6,8 @@ flat loop over a plane's interior rows (taps at constant flat offsets: loads,
 taps, epilogue and store in one vectorised pass; the lanes of columns 0 and
 W-1 take their folded neighbour by a select: a sample they read anyway where
 the fold is a neighbour in the row (reflect, nearest, mirror), else one loaded
-at a run-time offset (wrap)), the first/last rows through the row fold, the
-border columns of those rows and of the run's ends through the column fold.
+at a run-time offset (wrap)), the first/last rows through the row fold (their
+border columns through the column fold).
 It runs the passes in the spec's order, each summed in SciPy's order
 (``_lowering.pass_kind``: ``w1*b + (a -+ c)*w0`` for the derivative and
 smoothing taps), as the general engine and the reference do:
@@ -56,8 +56,8 @@ from .tables import EPI_DIR, EPI_MAG, EPI_STACK, EPI_SUM, L_N, R_O, R_X, _poff
 # interior rows of a plane (the taps are constant flat offsets, so it
 # vectorises; the lanes of columns 0 and W-1 select their outer neighbour from
 # the column fold: ``EDGE`` / ``MIRR`` / ``FAR``), the first and
-# last rows through the row fold, and the two border columns of those rows and
-# of the run's ends through the column fold.
+# last rows through the row fold (their border columns through the column
+# fold).
 # No tile copy, no intermediate pass buffers: about a third of the work of the
 # general engine, which is what makes a batch of 28x28 planes run near the
 # memory floor.  Outputs larger than the last-level cache, of wide planes, are
@@ -642,15 +642,21 @@ def _d3_kernel(FORMS, EPI, FK, STRM):
                         ob = _poff(L, np.int64(R_O), p)
                     else:
                         ob += os1
-                # interior rows, one flat run from column 1 of row ia to column W-2 of row ib-1
-                # (so that no tap reads outside the plane); the lanes of columns 0 and W-1 of
-                # the rows in between select their outer neighbours from the column fold by their
-                # classes (T: 1 / 2 at columns 0 / W-1, from row ra; offsets dl0 / dr1: FK)
+                # interior rows ia .. ib-1, one flat run over whole rows; the lanes of columns 0
+                # and W-1 select their outer neighbours from the column fold by their classes (T:
+                # 1 / 2 at columns 0 / W-1, from row ra; offsets dl0 / dr1: FK).  Its taps read
+                # rows ia-1 .. ib, and a vector reads the left / right neighbours of all its lanes
+                # (before the select): the plane's first run starts at column 1 of row 1 and its
+                # last ends at column W-2 of row H-2 (else they would read x[-1] / x[H*W]); those
+                # two pixels go through the row code, in every row blocking (so every pixel's
+                # code, and a NaN's sign where two meet, is the same whatever the threads)
                 run = ib > ia and W > 2
                 redo = False
+                s0 = ia == 1
+                s1 = ib == H - 1
                 if run:
-                    q0 = ia * W + 1
-                    n = (ib - ia) * W - 2
+                    q0 = ia * W + s0
+                    n = (ib - ia) * W - s0 - s1
                     tq = q0 - ra * W
                     if SKIP:
                         e = _d3_run(S0, S1, EPI, K, o, ob + q0, osK, x, xb + q0 - W, xb + q0, xb + q0 + W, n, T,
@@ -666,15 +672,18 @@ def _d3_kernel(FORMS, EPI, FK, STRM):
                 # redone whole, row by row, by the rescaling row code below -- rare, and one run
                 # variant less to compile)
                 n_re = ib - ia if redo else 0
-                # the first / last row (the row fold), and the border columns (the column fold)
-                # where the run did not go: its first and last position, or every row without a
-                # run: one loop over (row, column 0?, column W-1?) tasks, so that each row
-                # variant has one call site (each site is a copy of the row's code: compile time)
+                # what the run did not take: the first / last row (the row fold), every row of a
+                # block without a run, the run's first / last pixel where it leaves them (the
+                # column fold), and the rows a magnitude redoes; one loop over (row, column 0?,
+                # column W-1?) tasks, so that each row variant has one call site (each site is a
+                # copy of the row's code: compile time)
                 if STRM and n_re > 0:
                     _fence()  # (the rows redone are stored over the run's)
                 n_top = ia - ra if run else rb - ra
                 n_bot = rb - ib if run else 0
-                for k in range(n_re + n_top + n_bot + (2 if run else 0)):
+                e0 = run and s0
+                e1 = run and s1
+                for k in range(n_re + n_top + n_bot + e0 + e1):
                     c0 = c1 = True
                     whole = k < n_re
                     kt = k - n_re
@@ -684,7 +693,7 @@ def _d3_kernel(FORMS, EPI, FK, STRM):
                         i = ra + kt
                     elif kt < n_top + n_bot:
                         i = ib + (kt - n_top)
-                    elif kt == n_top + n_bot:
+                    elif kt == n_top + n_bot and e0:
                         i, c1 = ia, False
                     else:
                         i, c0 = ib - 1, False
