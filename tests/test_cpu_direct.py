@@ -216,8 +216,8 @@ def test_streaming_stores_give_the_same_bits(dtype, mode, monkeypatch, launches)
     line buffer (``STREAM``); forced here on small outputs.  Every misalignment of ``out=``
     (the partial lines at a run's ends are stored directly), planes narrower than a line and
     wider than a chunk (16 lines), row blocks, border columns selected in the run from the
-    samples read (reflect) or from one loaded at an offset (wrap), a NaN (the rerun), and a stacked gradient (two outputs: not
-    streamed): the bits of the regular stores."""
+    samples read (reflect) or from one loaded at an offset (wrap), a NaN (the rerun), and a
+    stacked gradient (two outputs: not streamed): the bits of the regular stores."""
     xs = [rand(3, 5, 4, seed=1, dtype=dtype), rand(2, 28, 28, seed=2, dtype=dtype), rand(1, 9, 70, seed=3, dtype=dtype),
           rand(1, 41, 300, seed=4, dtype=dtype)]
     bad = rand(1, 41, 300, seed=5, dtype=dtype)

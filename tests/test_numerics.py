@@ -250,6 +250,25 @@ def test_dense_correlate_sums_from_positive_zero(engine, weights, mode, monkeypa
     assert same_bits(got[0], e), mismatch(got[0], e)
 
 
+@pytest.mark.parametrize("engine", ["reference", "cpu", "cpu-tiled"])
+def test_dense_correlate_with_an_infinite_weight(engine, monkeypatch):
+    """A dense 1x3 / 3x1 stencil with an infinite weight gives SciPy's infs, not NaN (found by
+    review: the direct path's +0.0 start, ``w1 - w1``, is NaN for an infinite centre weight;
+    such stencils now run on the general engine)."""
+    backend = engine
+    if engine == "cpu-tiled":
+        cpu = pytest.importorskip("torchfilters.backends.cpu")
+        monkeypatch.setattr(cpu, "_d3_plan", lambda *a, **k: None)
+        backend = "cpu"
+    x = np.random.default_rng(3).random((2, 5, 6)) + 0.5
+    for w in ([[1.0, np.inf, 1.0]], [[1.0], [-np.inf], [2.0]], [[np.inf, 1.0, 2.0]]):
+        w = np.array(w)
+        got = tf.correlate(torch.from_numpy(x), torch.from_numpy(w), mode="reflect", backend=backend).numpy()
+        for b in range(2):
+            e = ndi.correlate(x[b], w, mode="reflect")
+            assert np.isinf(e).all() and same_bits(got[b], e), (w, mismatch(got[b], e))
+
+
 @pytest.mark.parametrize("cval", [2.5, -1.0])
 def test_constant_mode_correction_keeps_signs_of_zero(backend, cval):
     """SciPy pads a two-pass stencil's first pass with ``cval`` in constant mode; the tiled CPU

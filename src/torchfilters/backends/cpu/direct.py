@@ -707,19 +707,18 @@ def _d3_kernel(FORMS, EPI, FK, STRM):
     return _d3_kernels.setdefault(key, kernel)  # (a concurrent first call may have built one)
 
 
-
-
 def _d3_form(vt, ht, dt, passes=()):
     """(form, [v0, v1, v2, h0, h1, h2]) of a normalised stencil the direct path runs, else None:
     1-D passes of three taps at offsets -1, 0, 1, none zero or only the centre one; the form
     carries each pass's kind (``_lowering.pass_kind``: its order of summation) and, for two
-    passes, which one the spec runs first (``HFIRST``)."""
+    passes, which one the spec runs first (``HFIRST``).  A dense stencil's weights must be
+    finite (its sum starts at +0.0 as ``w1 - w1``: ``_p3``); others go to the general engine."""
 
     def three(taps, axis):
         w = {t[axis]: t[2] for t in taps}
         if len(taps) != 3 or sorted(w) != [-1, 0, 1] or any(t[1 - axis] != 0 for t in taps):
             return None
-        if w[-1] == 0.0 or w[1] == 0.0:
+        if w[-1] == 0.0 or w[1] == 0.0 or (not passes and not all(math.isfinite(v) for v in w.values())):
             return None
         return [w[-1], w[0], w[1]]
 
@@ -778,6 +777,8 @@ def _d3_plan(info, H, W, N, nthreads, itemsize, aligned):
                 T[0::W] = 1
                 T[W - 1 :: W] = 2
             fk = _D3_FOLD.get(mode, FAR)
+            if fk != FAR and W > 2:  # (the run's EDGE / MIRR lanes assume these folds)
+                assert (int(fx[0]), int(fx[-1])) == ((0, W - 1) if fk == EDGE else (1, W - 2)), (mode, fx)
             # non-temporal stores for one output larger than the cache (two would need the
             # same alignment), of wide planes (long runs; a fence orders them before the rows
             # of a run that a magnitude redoes)

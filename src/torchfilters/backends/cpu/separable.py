@@ -53,7 +53,7 @@ S_HDR = 18
 ST_LEN = 6  # per strip: c0, cw, nseg, seg offset, npad, pad offset
 F_CVAL = 0
 
-#: output rows per vertical block (registers: 8 accumulators + 16 window rows)
+#: output rows per vertical block (two register blocks of four: 4 accumulators + 8 window rows each)
 R = 8
 #: widest image processed in one strip; wider ones are cut into strips of about _STRIP_W
 _FULL_W = 8192
