@@ -364,15 +364,25 @@ def test_short_passes_are_not_folded():
 
 
 def test_packed_taps_round_trip():
+    """Long tap tuples travel in the spec string as runs of bitwise-equal values (hex of their
+    float64 bytes and run lengths): -0.0, NaN, infinities and subnormals come back as they were;
+    the earlier text form (``repr`` of each value, ``value*count`` runs), which exported programs
+    may hold, still decodes."""
     taps = (0.25,) * 70 + (-0.0, 0.0, float("nan"), float("inf"), float("-inf"), 1e-300, 5e-324) + (0.0,) * 100
     spec = FilterSpec("wrap", -0.0, "stack", (_spec.sep((-2, -3, taps), (-1, -1, (1.0, 2.0, 1.0))),))
     text = _spec.encode(spec)
-    assert "<taps:0.25*70 -0.0 0.0 nan inf -inf 1e-300 5e-324 0.0*100>" in text
-    back = _spec.decode(text)
-    got = back.stencils[0].passes[0].taps
-    assert len(got) == len(taps)
-    assert all((a == b and math.copysign(1, a) == math.copysign(1, b)) or (a != a and b != b) for a, b in zip(got, taps))
-    assert back.stencils[0].passes[1] == spec.stencils[0].passes[1] and math.copysign(1, back.cval) < 0
+    packed = _spec._pack(taps)
+    assert packed in text and packed.startswith("<f8:") and len(packed) < 8 * 16 * 3 + 10  # 8 runs
+    old = "<taps:0.25*70 -0.0 0.0 nan inf -inf 1e-300 5e-324 0.0*100>"
+    for t in (text, text.replace(packed, old)):
+        back = _spec.decode(t)
+        got = back.stencils[0].passes[0].taps
+        assert len(got) == len(taps) and all(type(v) is float for v in got)
+        assert all((a == b and math.copysign(1, a) == math.copysign(1, b)) or (a != a and b != b)
+                   for a, b in zip(got, taps))
+        assert back.stencils[0].passes[1] == spec.stencils[0].passes[1] and math.copysign(1, back.cval) < 0
+    big = tuple(np.random.default_rng(3).standard_normal(5000).tolist()) + (0.0,) * 100000
+    assert _spec._unpack(_spec._pack(big)) == big
 
 
 def _sp_laplace(x, sigma, **kw):

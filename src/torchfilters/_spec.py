@@ -231,30 +231,34 @@ def _assume_constant_result(fn):
 
 _NONFINITE = {"<inf>": float("inf"), "<-inf>": float("-inf"), "<nan>": float("nan")}
 
-#: tap tuples at least this long travel as one ``"<taps:...>"`` string (see :func:`_pack`)
+#: tap tuples at least this long travel as one ``"<f8:...>"`` string (see :func:`_pack`)
 _PACK_MIN = 64
 #: tuples of 0/1 ints (footprint rows) at least this long travel as one ``"<bits:...>"`` string
 _BITS_MIN = 8
 
 
 def _pack(t) -> str:
-    """A long tuple of floats as one string literal: ``repr`` of each value, a run of equal
-    values as ``value*count``.  A Gaussian of ``radius=2**20`` has 2M taps, almost all of them
-    exactly 0.0: packed it is a few kilobytes instead of 20 MB, and reading it back is a split
-    instead of ``ast.literal_eval`` of two million literals (30 s)."""
+    """A long tuple of floats as one string literal ``"<f8:VALUES:COUNTS>"``: its runs of bitwise
+    equal values (-0.0 and 0.0 differ, a NaN keeps its bits), each run's value as the hex of its
+    big-endian float64 bytes and its length as the hex of a big-endian int64.  A Gaussian of
+    ``radius=2**20`` has 2M taps, almost all exactly 0.0 (a few kilobytes packed instead of 20 MB)
+    and, for ``sigma=3000``, 230k distinct ones: packing and unpacking are a few vectorised passes
+    (1 ms) where ``repr`` and ``float`` of each value took 0.7 s, and ``ast.literal_eval`` of two
+    million literals 30 s."""
     a = np.asarray(t, np.float64)
-    # runs of bitwise-equal values (-0.0 and 0.0 differ, NaNs of one bit pattern are equal)
     bits = a.view(np.int64)
     starts = np.flatnonzero(np.concatenate(([True], bits[1:] != bits[:-1])))
-    ends = np.append(starts[1:], len(a))
-    parts = []
-    for i, j in zip(starts.tolist(), ends.tolist()):
-        v = repr(float(a[i]))
-        parts.append(v if j - i == 1 else f"{v}*{j - i}")
-    return "<taps:" + " ".join(parts) + ">"
+    counts = np.diff(np.append(starts, len(a)))
+    return f"<f8:{a[starts].astype('>f8').tobytes().hex()}:{counts.astype('>i8').tobytes().hex()}>"
 
 
 def _unpack(text: str):
+    """The tuple :func:`_pack` packed; also the earlier ``"<taps:...>"`` form (``repr`` of each
+    value, a run as ``value*count``), which exported programs may hold."""
+    if text.startswith("<f8:"):
+        values, counts = text[4:-1].split(":")
+        v = np.frombuffer(bytes.fromhex(values), ">f8")
+        return tuple(np.repeat(v, np.frombuffer(bytes.fromhex(counts), ">i8")).tolist())
     out = []
     for part in text[6:-1].split(" "):
         v, _, n = part.partition("*")
@@ -286,7 +290,7 @@ def _unplain(obj):
     if isinstance(obj, str):
         if obj in _NONFINITE:
             return _NONFINITE[obj]
-        if obj.startswith("<taps:"):
+        if obj.startswith(("<f8:", "<taps:")):
             return _unpack(obj)
         if obj.startswith("<bits:"):
             return tuple(1 if c == "1" else 0 for c in obj[6:-1])
