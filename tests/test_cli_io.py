@@ -265,6 +265,8 @@ def test_each_bad_file_gets_one_line_in_words(tmp_path, capsys):
     np.save(full, np.zeros((30, 40), np.float32))
     (tmp_path / "short.npy").write_bytes(full.read_bytes()[:1000])
     full.unlink()
+    np.save(tmp_path / "a_empty.npy", np.zeros((0, 5), np.float32))  # (found by review: its PNG
+    torch.save(torch.zeros(3, 0, 10), tmp_path / "b_empty.pt")       # raised, and ended the run)
     (tmp_path / "ok.png").write_bytes(png)
     notes = tmp_path / "notes.txt"
     notes.write_text("some notes")
@@ -282,6 +284,8 @@ def test_each_bad_file_gets_one_line_in_words(tmp_path, capsys):
         "mask.pt": "unsupported array dtype bool",
         "cplx.npy": "unsupported array dtype complex64",
         "short.npy": "truncated .npy array: shape (30, 40) of float32 needs 4800 data bytes",
+        "a_empty.npy": "cannot write a PNG of an empty result (shape (0, 5)); use --format npy",
+        "b_empty.pt": "cannot write a PNG of an empty result (shape (3, 0, 10)); use --format npy",
     }
     assert len(lines) == len(want), lines
     for name, text in want.items():
@@ -290,6 +294,39 @@ def test_each_bad_file_gets_one_line_in_words(tmp_path, capsys):
         for internal in ("Traceback", "backend", "iomode", "unpack_from", "`", "Errno"):
             assert internal not in line, line  # no raw text of the readers' internals
     assert [p.name for p in out.iterdir()] == ["ok_edges.png"]
+    # an output folder whose name is too long (found by review: a traceback from exists())
+    rc = cli.main(["edges", str(tmp_path / "ok.png"), "-o", str(tmp_path / ("x" * 300))])
+    (line,) = _err_lines(capsys)
+    assert rc == 1 and "cannot create output folder (file name too long)" in line, line
+
+
+def test_a_signal_right_after_a_rename_is_counted(tmp_path, monkeypatch, capsys):
+    """Found by review: a signal between an output's rename and its count left the summary one
+    file short.  A SIGTERM sent the moment the second file is renamed (held off with the rename,
+    delivered after it): that file is complete, and counted."""
+    import threading
+
+    srcs = []
+    for i in range(3):
+        np.save(tmp_path / f"in{i}.npy", np.full((6, 7), float(i), np.float32))
+        srcs.append(str(tmp_path / f"in{i}.npy"))
+    out = tmp_path / "o"
+    real = os.replace
+    renamed = []
+
+    def replace(a, b, *args, **kw):
+        real(a, b, *args, **kw)
+        if str(b).startswith(str(out)):
+            renamed.append(b)
+            if len(renamed) == 2:
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+
+    monkeypatch.setattr(outputs.os, "replace", replace)
+    rc = cli.main(["filter", "uniform_filter", *srcs, "-o", str(out), "-f", "npy"])
+    err = capsys.readouterr().err
+    assert rc == 128 + signal.SIGTERM and len(renamed) == 2, (rc, err)
+    assert "wrote 2 complete file(s)" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["in0_uniform_filter.npy", "in1_uniform_filter.npy"]
 
 
 def test_a_file_is_read_by_its_content_not_its_name(tmp_path):

@@ -87,6 +87,9 @@ def png_array(result: Any, from_image: bool, magnitude: bool) -> Any:
     if not (result.dim() == 2 or (result.dim() == 3 and result.shape[0] in (1, 3))):
         raise InputError(f"cannot write a PNG of a result of shape {tuple(result.shape)} "
                          "(H×W or 1 or 3 channels needed); use --format npy or --format pt")
+    if result.numel() == 0:
+        raise InputError(f"cannot write a PNG of an empty result (shape {tuple(result.shape)}); "
+                         "use --format npy or --format pt")
     lo, hi = _finite_range(result)
     how = png_scaling(result, from_image, magnitude)
     if how == "max":
@@ -157,10 +160,13 @@ def _signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def write_atomic(path: Path, write: Callable[[Any], None]) -> int:
+def write_atomic(path: Path, write: Callable[[Any], None], count: list | None = None) -> int:
     """Write a file all or nothing: ``write(f)`` fills a temporary in ``path``'s folder, which is
     flushed, fsynced and renamed onto ``path``; on any exception (a signal included) the
-    temporary is removed and ``path`` is untouched.  Returns the file's size.
+    temporary is removed and ``path`` is untouched.  ``count[0]`` (a count of the files written)
+    is incremented with the rename, signals held off across both, in the same frame (no call: a
+    signal already pending is acted on at a call's start), so it is never one short.  Returns
+    the file's size.
 
     Raises :class:`DiskFull` when the file system is full, :class:`InputError` for other
     failures to write; anything else (KeyboardInterrupt, :class:`Terminated`) propagates.
@@ -180,6 +186,8 @@ def write_atomic(path: Path, write: Callable[[Any], None]) -> int:
         with _signals_blocked():
             os.replace(tmp, path)
             tmp = None  # type: ignore[assignment]
+            if count is not None:
+                count[0] += 1
         _fsync_dir(folder)
         return size
     except OSError as exc:

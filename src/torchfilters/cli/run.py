@@ -75,18 +75,18 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
     names = output_names(sources, job.suffix, args.format)
     out_dir = Path(args.out)
     if sources:
-        if out_dir.exists() and not out_dir.is_dir():
-            error(f"{args.out}: the output folder is a file")
-            return 1
         try:
+            if out_dir.exists() and not out_dir.is_dir():
+                error(f"{args.out}: the output folder is a file")
+                return 1
             out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
+        except OSError as exc:  # (exists() too raises some: a name too long)
             error(f"{args.out}: cannot create output folder ({describe(exc).lower()})")
             return 1
 
     bar = progress_bar(len(sources), f"{PROG} {job.command}", "file", not args.quiet and len(sources) > 1,
                        leave=True)
-    written = 0
+    written = [0]  # (incremented by write_atomic with each rename)
     status = None
     try:
         with signals_raise():
@@ -101,8 +101,7 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
                         except Exception as exc:
                             raise InputError(f"the filter refused this input ({describe(exc)})") from None
                     write = encode(y.detach().cpu(), args.format, loaded.from_image, job.magnitude)
-                    write_atomic(out_dir / name, write)
-                    written += 1
+                    write_atomic(out_dir / name, write, written)
                 except DiskFull as exc:
                     error(f"{source.label}: {exc}", bar)
                     failed += 1
@@ -124,10 +123,10 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
         if bar is not None:
             bar.close()
     if status is not None:
-        print(f"{PROG}: {status[0]}: wrote {written} complete file(s) to {out_dir}, no partial file left",
+        print(f"{PROG}: {status[0]}: wrote {written[0]} complete file(s) to {out_dir}, no partial file left",
               file=sys.stderr)
         return status[1]
     if not args.quiet:
-        print(f"{PROG}: wrote {written} file(s) to {out_dir}" + (f", {failed} input(s) failed" if failed else ""),
+        print(f"{PROG}: wrote {written[0]} file(s) to {out_dir}" + (f", {failed} input(s) failed" if failed else ""),
               file=sys.stderr)
     return 1 if failed else 0
