@@ -188,6 +188,33 @@ def test_rank_filters_scipy_quirks():
         tfn.median_filter(np.zeros((3,) * 4), 2)
 
 
+def test_min_max_size_origins_follow_axes_order():
+    """Found by review: with ``size=`` (SciPy's separable path) each origin goes with its axis
+    in ``axes``' order; the drop-in applied them in plain axis order when ``axes`` named every
+    axis (a silently wrong result, or 'invalid origin' for a valid one).  A full footprint takes
+    the same path; a partial one keeps SciPy's other rule (its dims in increasing axis order)."""
+    rng = np.random.default_rng(7)
+    x2 = np.arange(56.0)[::-1].reshape(7, 8) % 11
+    x3 = rng.standard_normal((5, 6, 7))
+    cases = [(x2, (3, 4), (-1, 1), (1, 0), "reflect"), (x2, (3, 4), (1, -2), (1, 0), "reflect"),
+             (x2, (2, 3), (0, 1), (-1, -2), ("wrap", "constant")), (x3, (2, 3, 4), (0, -1, 1), (2, 0, 1), "nearest"),
+             (x3, (4, 1, 3), (-2, 0, 1), (1, 2, 0), ("mirror", "wrap", "reflect")), (x3, (3, 2), (1, -1), (2, 0), "wrap")]
+    for x, size, origin, axes, mode in cases:
+        for name in ("maximum_filter", "minimum_filter"):
+            kw = dict(origin=origin, axes=axes, mode=mode)
+            assert np.array_equal(getattr(tfn, name)(x, size=size, **kw), getattr(ndi, name)(x, size=size, **kw)), \
+                (name, size, kw)
+            fp = np.ones(size, bool)
+            assert np.array_equal(getattr(tfn, name)(x, footprint=fp, **kw), getattr(ndi, name)(x, footprint=fp, **kw))
+    for kw in (dict(size=0), dict(size=True), dict(size=(0, 3)), dict(size=2.5), dict(size=(1, 3), origin=(5, 1)),
+               dict(size=(2.5, 3.7), origin=(0, 1))):  # SciPy's passes: sizes > 1, int()-ed
+        assert np.array_equal(tfn.maximum_filter(x2, **kw), ndi.maximum_filter(x2, **kw)), kw
+    fp = np.array([[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 1]], bool)  # partial: dims in axis order
+    for origin in ((-1, 1), (1, 0)):
+        kw = dict(footprint=fp, origin=origin, axes=(1, 0))
+        assert np.array_equal(tfn.maximum_filter(x2, **kw), ndi.maximum_filter(x2, **kw)), origin
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.bool_])
 def test_rank_filters_cval_as_scipy_treats_it(dtype):
     """SciPy casts ``cval`` to the input's type in its N-D rank and footprint min/max paths, to

@@ -813,12 +813,23 @@ def _min_or_max_filter(input, size, footprint, output, mode, cval, origin, minim
     if np.iscomplexobj(input):
         raise TypeError("Complex type not supported")
     axes = _check_axes(axes, input.ndim)
+    wax = axes
     if footprint is None and size is not None:
-        # SciPy runs a size as 1-D passes, size[i] along axes[i] (axes' order, as origin and mode);
-        # _rank_window lays a window's dims out in increasing axis order
+        # SciPy runs a size as 1-D passes, size[i] and origin[i] along axes[i] (axes' order, as
+        # mode); _rank_window lays a window's dims out in increasing axis order, so the window
+        # goes there with its axes sorted (found by review: origins stayed in axes' order)
+        _check_origin_type(origin)
         sizes = _normalize_sequence(size, len(axes))
-        size = [sizes[axes.index(a)] for a in sorted(axes)]
-    footprint, origins = _rank_window(input, size, footprint, axes, origin)
+        origins = _normalize_sequence(origin, len(axes))
+        # an axis of size <= 1 is no pass of SciPy's (its origin unchecked); the others' sizes are
+        # int()-ed, as SciPy's passes take them (size=0: a copy; 2.5: 2)
+        origins = [o if n > 1 else 0 for n, o in zip(sizes, origins)]
+        sizes = [int(n) if n > 1 else 1 for n in sizes]
+        order = sorted(range(len(axes)), key=axes.__getitem__)
+        size = [sizes[i] for i in order]
+        origin = [origins[i] for i in order]
+        wax = tuple(axes[i] for i in order)
+    footprint, origins = _rank_window(input, size, footprint, wax, origin)
     per_axis_modes = not isinstance(mode, str) and np.iterable(mode)
     if per_axis_modes:
         m = _normalize_sequence(mode, len(axes))
