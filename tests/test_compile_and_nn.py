@@ -77,6 +77,26 @@ def test_compile_fullgraph_new_shapes_and_no_grad():
             assert_close(compiled(x, mask), y_ref, rtol=1e-12)
 
 
+def test_compile_fullgraph_with_out():
+    """Found by review: ``out=`` ended a fullgraph trace (its overlap check called a private
+    torch function Dynamo cannot trace).  Into a caller's tensor and into a fresh one; an
+    expanded (stride-0) ``out`` is still refused, eagerly and compiled."""
+
+    def into(x, y):
+        return tf.gaussian_filter(x, 1.0, out=y), tf.sobel(x, axis=-1, out=torch.empty_like(x)) * 2
+
+    x = torch.randn(2, 9, 10, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    y = torch.full_like(x, float("nan"))
+    a, b = torch.compile(into, fullgraph=True, backend="aot_eager")(x, y)
+    assert torch.equal(y, tf.gaussian_filter(x, 1.0)) and torch.equal(a, y)
+    assert torch.equal(b, tf.sobel(x, axis=-1) * 2)
+    z = torch.zeros(1, 1, 10, dtype=torch.float64).expand(2, 9, 10)
+    with pytest.raises(ValueError, match="overlapping memory"):
+        tf.gaussian_filter(x, 1.0, out=z)
+    with pytest.raises(Exception, match="overlapping memory"):
+        torch.compile(into, fullgraph=True, backend="aot_eager")(x, z)
+
+
 def test_compile_fullgraph_recompiles_for_new_shapes():
     """fullgraph=True keeps holding when shapes change (Dynamo's automatic dynamic shapes)."""
     compiled = torch.compile(_model, fullgraph=True, backend="aot_eager")
