@@ -372,7 +372,8 @@ def _derivative_filter(input, axis, output, mode, cval, operator):
     fresh = _fresh(output)
     output = _get_output(output, input)
     modes = [_check_mode(m) for m in _normalize_sequence(mode, input.ndim)]
-    cval = _real_cval(cval)
+    if not np.iscomplexobj(input):  # (a complex input takes correlate1d's passes, any cval)
+        cval = _real_cval(cval)
     if _fusable(input, output, input.ndim):
         axes = tuple(range(input.ndim))
         return _run(output, lambda t: F.derivative(t, axis, operator=operator, mode=tuple(modes), cval=cval,
