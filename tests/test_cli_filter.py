@@ -146,6 +146,7 @@ def test_filter_help_lists_every_op(capsys):
         (["gaussian_filter", "--sigma", "1", "--mode", "replicate"], "use mode='nearest'"),
         (["gaussian_filter", "--sigma", "1", "--order", "1.5"], "argument --order: expected an integer"),
         (["gaussian_filter", "--sigma", "1,2,3"], "argument --sigma"),
+        (["gaussian_filter", "--sigma", "1e9"], "argument --sigma: sigma=(1000000000.0"),  # (review: was --truncate)
         (["gradient_magnitude", "--operator", "laplace"], "argument --operator: invalid choice"),
         (["gradient_magnitude", "--axes", "0,0"], "argument --axes"),
         (["correlate", "--weights", "[1, 2]"], "argument --weights: weights must be 2-D"),

@@ -265,6 +265,7 @@ def test_each_bad_file_gets_one_line_in_words(tmp_path, capsys):
     np.save(full, np.zeros((30, 40), np.float32))
     (tmp_path / "short.npy").write_bytes(full.read_bytes()[:1000])
     full.unlink()
+    np.save(tmp_path / "scalar.npy", np.array(3.0, np.float32))
     np.save(tmp_path / "a_empty.npy", np.zeros((0, 5), np.float32))  # (found by review: its PNG
     torch.save(torch.zeros(3, 0, 10), tmp_path / "b_empty.pt")       # raised, and ended the run)
     (tmp_path / "ok.png").write_bytes(png)
@@ -284,6 +285,7 @@ def test_each_bad_file_gets_one_line_in_words(tmp_path, capsys):
         "mask.pt": "unsupported array dtype bool",
         "cplx.npy": "unsupported array dtype complex64",
         "short.npy": "truncated .npy array: shape (30, 40) of float32 needs 4800 data bytes",
+        "scalar.npy": "wrong rank: expected shape (H, W) or (C, H, W), got ()",  # (review: was (1,))
         "a_empty.npy": "cannot write a PNG of an empty result (shape (0, 5)); use --format npy",
         "b_empty.pt": "cannot write a PNG of an empty result (shape (3, 0, 10)); use --format npy",
     }
@@ -327,6 +329,19 @@ def test_a_signal_right_after_a_rename_is_counted(tmp_path, monkeypatch, capsys)
     assert rc == 128 + signal.SIGTERM and len(renamed) == 2, (rc, err)
     assert "wrote 2 complete file(s)" in err, err
     assert sorted(p.name for p in out.iterdir()) == ["in0_uniform_filter.npy", "in1_uniform_filter.npy"]
+
+
+def test_unsigned_integer_tensors_are_read_as_their_arrays_are(tmp_path):
+    """Found by review: a uint16 ``.pt`` was refused ('real numbers are filtered (float or
+    integer)') while the same ``.npy`` and the API take it."""
+    a = np.random.default_rng(4).integers(0, 60000, (9, 8)).astype(np.uint16)
+    np.save(tmp_path / "a.npy", a)
+    torch.save(torch.from_numpy(a.astype(np.int64)).to(torch.uint16), tmp_path / "b.pt")
+    out = tmp_path / "o"
+    assert cli.main(["filter", "uniform_filter", str(tmp_path / "a.npy"), str(tmp_path / "b.pt"), "-o", str(out),
+                     "-f", "npy", "--quiet"]) == 0
+    got_a, got_b = np.load(out / "a_uniform_filter.npy"), np.load(out / "b_uniform_filter.npy")
+    assert got_a.dtype == np.float32 and np.array_equal(got_a, got_b)
 
 
 def test_a_file_is_read_by_its_content_not_its_name(tmp_path):

@@ -193,7 +193,8 @@ def _npy(path: Path, size: int, np: Any, torch: Any) -> Any:
         raise InputError(f"damaged .npy file ({describe(exc)})") from None
     if arr.dtype.kind in "iu" or arr.dtype.byteorder not in "=|":
         arr = arr.astype(np.float32 if arr.dtype.kind in "iu" else arr.dtype.newbyteorder("="))
-    return torch.from_numpy(np.ascontiguousarray(arr))
+    # (ascontiguousarray makes a 0-d array 1-d: its shape would be misreported)
+    return torch.from_numpy(arr if arr.flags.c_contiguous else arr.copy(order="C"))
 
 
 def _pt(path: Path, np: Any, torch: Any) -> Any:
@@ -217,8 +218,9 @@ def _pt(path: Path, np: Any, torch: Any) -> Any:
         raise InputError(f"expected one tensor, the file holds a {type(obj).__name__}")
     if obj.dtype == torch.bool:
         raise _dtype_error("bool")
-    if obj.is_complex() or not (obj.is_floating_point() or obj.dtype in (torch.uint8, torch.int8, torch.int16,
-                                                                           torch.int32, torch.int64)):
+    # (every integer dtype, the unsigned 16- to 64-bit ones too, as .npy inputs and the API take them)
+    ints = {getattr(torch, f"{u}int{b}", None) for u in ("", "u") for b in (8, 16, 32, 64)} - {None}
+    if obj.is_complex() or not (obj.is_floating_point() or obj.dtype in ints):
         raise _dtype_error(str(obj.dtype).replace("torch.", ""))
     return obj if obj.is_floating_point() else obj.to(torch.float32)
 

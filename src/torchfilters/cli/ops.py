@@ -299,8 +299,10 @@ def op_kwargs(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
 
 
 def name_option(message: str, names: list[str]) -> str:
-    """``argument --sigma: MESSAGE`` when the op's error names one of its parameters."""
-    for n in sorted(names, key=len, reverse=True):
-        if re.search(rf"\b{re.escape(n)}\b", message):
-            return f"argument --{n.replace('_', '-')}: {message}"
+    """``argument --sigma: MESSAGE`` when the op's error names one of its parameters (the one it
+    names first: "sigma=... with truncate=..." is about --sigma)."""
+    found = [(m.start(), n) for n in names if (m := re.search(rf"\b{re.escape(n)}\b", message))]
+    if found:
+        n = min(found)[1]
+        return f"argument --{n.replace('_', '-')}: {message}"
     return message
