@@ -229,6 +229,33 @@ def test_sobel_and_prewitt_take_a_complex_cval_for_a_complex_input():
             getattr(tfn, name)(r, mode="constant", cval=1 - 2j)
 
 
+def test_second_review_argument_rules_are_scipys():
+    """Found by review: a cval that is not a real number (None, a string, a complex number for
+    a real rank filter) is SciPy's TypeError; a 1-D filter's size must be an integer; a new
+    output is in native byte order; ``laplace`` into its own input gives SciPy's result (its
+    second pass reads what the first wrote)."""
+    x = np.random.default_rng(0).standard_normal((5, 6))
+    for cval in (None, "1", 1j):
+        for call in (lambda: tfn.median_filter(x, 3, mode="constant", cval=cval),
+                     lambda: tfn.maximum_filter1d(x, 3, mode="constant", cval=cval),
+                     lambda: tfn.gaussian_filter(x, 1.0, mode="constant", cval=cval)):
+            with pytest.raises(TypeError):
+                call()
+    for name in ("uniform_filter1d", "minimum_filter1d", "maximum_filter1d"):
+        with pytest.raises(TypeError):
+            getattr(tfn, name)(x, 2.5)
+        with pytest.raises(RuntimeError):
+            getattr(tfn, name)(x, 0.5)
+    for name, args in (("gaussian_filter", (1.0,)), ("median_filter", (3,)), ("sobel", ())):
+        y = getattr(tfn, name)(x.astype(">f8"), *args)
+        assert y.dtype == np.dtype("float64") and y.dtype.isnative
+        assert np.array_equal(y, getattr(ndi, name)(x.astype(">f8"), *args))
+    a, b = x.copy(), x.copy()
+    assert tfn.laplace(a, output=a) is a
+    ndi.laplace(b, output=b)
+    assert np.array_equal(a, b)
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.float32, np.bool_])
 def test_rank_filters_cval_as_scipy_treats_it(dtype):
     """SciPy casts ``cval`` to the input's type in its N-D rank and footprint min/max paths, to

@@ -144,8 +144,8 @@ def _input(input):
 
 def _get_output(output, input, shape=None, complex_output=False):
     shape = input.shape if shape is None else shape
-    if output is None:
-        dt = np.promote_types(input.dtype, np.complex64) if complex_output else input.dtype
+    if output is None:  # (in native byte order, as SciPy's: a big-endian input gives a native result)
+        dt = np.promote_types(input.dtype, np.complex64) if complex_output else input.dtype.newbyteorder("=")
         out = _arrays.zeros(shape, dt, input)
     elif isinstance(output, (type, np.dtype)):
         dt = np.dtype(output)
@@ -248,9 +248,18 @@ def _complex_via_real_components(func, input, weights, output, cval, **kwargs):
     return output
 
 
+def _double(cval):
+    """``cval`` where SciPy's C functions read it as a double: TypeError for None, a string, a
+    complex number (``PyFloat_AsDouble``'s rule)."""
+    if isinstance(cval, (str, bytes, bytearray, complex, np.complexfloating)) or not hasattr(cval, "__float__"):
+        raise TypeError(f"must be real number, not {type(cval).__name__}")
+    return cval
+
+
 def _real_cval(cval):
     if np.iscomplexobj(cval):
         raise TypeError("a complex cval needs a complex input or complex weights")
+    _double(cval)
     return float(cval)
 
 
@@ -441,7 +450,10 @@ def laplace(input, output=None, mode="reflect", cval=0.0, *, axes=None):
     fresh = _fresh(output)
     out = _get_output(output, a) if a.dtype.kind != "c" else None
     ax = _check_axes(axes, a.ndim)
-    if out is not None and 0 < len(ax) and _fusable(a, out, len(ax)):
+    # (an output sharing the input's memory: SciPy's passes, which read what the first one wrote,
+    # as ``gaussian_laplace`` and the generic functions do -- found by review)
+    aliased = isinstance(out, np.ndarray) and isinstance(a, np.ndarray) and np.may_share_memory(a, out)
+    if out is not None and 0 < len(ax) and _fusable(a, out, len(ax)) and not aliased:
         modes = tuple(_check_mode(m) for m in _normalize_sequence(mode, len(ax)))
         cv = _real_cval(cval)
         return _run(out, lambda t: F.laplace(t, mode=modes, cval=cv, axes=ax), a, _fast32(a, out), fresh)
@@ -571,6 +583,7 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
     axis = _normalize_axis(axis, input.ndim)
     if size < 1:
         raise RuntimeError("incorrect filter size")
+    size = operator.index(size)  # (SciPy's C function takes an integer: 2.5 is a TypeError)
     complex_output = input.dtype.kind == "c"
     fresh = _fresh(output)
     output = _get_output(output, input, complex_output=complex_output)
@@ -632,6 +645,7 @@ def _order_preserving(a, cval, cast_cval=None):
     are, integers up to 32 bits (and bools) as float64; 64-bit integers as float64 too when
     they fit in 53 bits, else as their ranks among ``a``'s values and ``cval`` (``table`` maps
     a rank back).  Rank filters only compare, so every result is exact."""
+    _double(cval)
     if a.dtype in (np.float32, np.float64):  # rounding cval is monotonic: the same selections
         return _tensor(a, a.dtype == np.float32), None, float(np.asarray(cval).astype(a.dtype))
     if a.dtype == np.float16:
@@ -861,6 +875,7 @@ def _min_or_max_1d(input, size, axis, output, mode, cval, origin, minimum):
     axis = _normalize_axis(axis, input.ndim)
     if size < 1:
         raise RuntimeError("incorrect filter size")
+    size = operator.index(size)  # (SciPy's C function takes an integer: 2.5 is a TypeError)
     if input.dtype.char not in _SUPPORTED:
         raise RuntimeError(f"array type {input.dtype!r} not supported")
     fresh = _fresh(output)
