@@ -168,6 +168,9 @@ def _get_output(output, input, shape=None, complex_output=False):
             raise RuntimeError("output must have complex dtype")
     if out.dtype.char not in _SUPPORTED:
         raise RuntimeError("array type not supported")
+    if out.dtype.kind == "c" and not complex_output and input.dtype.kind != "c":
+        # (SciPy's C filters write real results into real arrays only -- found by review)
+        raise RuntimeError(f"array type {out.dtype!r} not supported")
     return out
 
 
