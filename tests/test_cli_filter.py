@@ -146,7 +146,11 @@ def test_filter_help_lists_every_op(capsys):
         (["gaussian_filter", "--sigma", "1", "--mode", "replicate"], "use mode='nearest'"),
         (["gaussian_filter", "--sigma", "1", "--order", "1.5"], "argument --order: expected an integer"),
         (["gaussian_filter", "--sigma", "1,2,3"], "argument --sigma"),
-        (["gaussian_filter", "--sigma", "1e9"], "argument --sigma: sigma=(1000000000.0"),  # (review: was --truncate)
+        # (an error names the one option given that it mentions; none when it mentions several given,
+        # or none given: found by review, --truncate was named)
+        (["gaussian_filter", "--sigma", "1e9"], "error: argument --sigma: sigma=(1000000000.0, 1000000000.0)"),
+        (["gaussian_filter", "--sigma", "1", "--truncate", "1e12"], "error: sigma=(1.0, 1.0) with truncate=1000000000000.0"),
+        (["difference_of_gaussians", "--low-sigma", "1e9"], "error: sigma=(1000000000.0"),
         (["gradient_magnitude", "--operator", "laplace"], "argument --operator: invalid choice"),
         (["gradient_magnitude", "--axes", "0,0"], "argument --axes"),
         (["correlate", "--weights", "[1, 2]"], "argument --weights: weights must be 2-D"),

@@ -383,6 +383,14 @@ def test_packed_taps_round_trip():
         assert back.stencils[0].passes[1] == spec.stencils[0].passes[1] and math.copysign(1, back.cval) < 0
     big = tuple(np.random.default_rng(3).standard_normal(5000).tolist()) + (0.0,) * 100000
     assert _spec._unpack(_spec._pack(big)) == big
+    # malformed strings are one ValueError each (found by review: raw NumPy errors, a
+    # MemoryError, and silent empty tuples for counts <= 0)
+    ok = _spec._pack(taps)
+    for bad in ("<f8:>", "<f8:abc:00>", ok[:-1], ok[:-1] + "x", ok[:4] + "3fe0000000000000:" + "ff" * 8 + ">",
+                "<f8:3fe0000000000000:" + "00" * 8 + ">", "<taps:1.0*99999999999>", "<taps:1.0*-5>", "<taps:1.0*0>",
+                "<taps:abc>"):
+        with pytest.raises(ValueError, match="malformed spec string"):
+            _spec.decode(text.replace(packed, bad))
 
 
 def _sp_laplace(x, sigma, **kw):

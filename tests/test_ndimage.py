@@ -235,13 +235,25 @@ def test_second_review_argument_rules_are_scipys():
     output is in native byte order; ``laplace`` into its own input gives SciPy's result (its
     second pass reads what the first wrote)."""
     x = np.random.default_rng(0).standard_normal((5, 6))
-    for cval in (None, "1", 1j):
+    with pytest.warns(np.exceptions.ComplexWarning):  # a NumPy complex scalar: its real part, as SciPy
+        y = tfn.median_filter(x, 3, mode="constant", cval=np.complex128(2 + 1j))
+    assert np.array_equal(y, ndi.median_filter(x, 3, mode="constant", cval=2.0))
+    assert np.array_equal(tfn.gaussian_filter(x, 1.0, mode="constant", cval=np.array(2.0)),
+                          ndi.gaussian_filter(x, 1.0, mode="constant", cval=2.0))
+    for cval in (None, "1", 1j, np.array(1 + 1j), np.datetime64(1, "s"), np.array([2.0])):
         for call in (lambda: tfn.median_filter(x, 3, mode="constant", cval=cval),
                      lambda: tfn.maximum_filter1d(x, 3, mode="constant", cval=cval),
                      lambda: tfn.gaussian_filter(x, 1.0, mode="constant", cval=cval)):
             with pytest.raises(TypeError):
                 call()
+    a3 = np.random.default_rng(1).random((4, 5, 6))
+    assert np.array_equal(tfn.minimum_filter(x, size=1, origin=1.0), x)  # (no pass: its origin unread)
+    with pytest.raises(ValueError, match="invalid origin"):  # (SciPy's check comes first)
+        tfn.minimum_filter(a3, size=2, origin=(1.0,) * 3)
+    assert np.array_equal(tfn.minimum_filter1d(x, 3, origin=True), ndi.minimum_filter1d(x, 3, origin=True))
     for name in ("uniform_filter1d", "minimum_filter1d", "maximum_filter1d"):
+        with pytest.raises(TypeError):
+            getattr(tfn, name)(x, 3, origin=1.0)
         with pytest.raises(TypeError):
             getattr(tfn, name)(x, 2.5)
         with pytest.raises(RuntimeError):
@@ -255,6 +267,9 @@ def test_second_review_argument_rules_are_scipys():
             getattr(tfn, name)(x, *args, output=np.complex128)
         y = getattr(tfn, name)(x + 1j, *args, output=np.complex128)  # a complex input: fine
         assert np.allclose(y, getattr(ndi, name)(x + 1j, *args, output=np.complex128))
+    u = (np.arange(30).reshape(5, 6)[::-1] * 7 % 11).astype(np.uint32)  # negative passes wrap (review)
+    for name, args in (("sobel", (1,)), ("prewitt", (0,)), ("laplace", ()), ("correlate1d", ([1, -3, 1],))):
+        assert np.array_equal(getattr(tfn, name)(u, *args), getattr(ndi, name)(u, *args)), name
     a, b = x.copy(), x.copy()
     assert tfn.laplace(a, output=a) is a
     ndi.laplace(b, output=b)

@@ -252,22 +252,37 @@ def _pack(t) -> str:
     return f"<f8:{a[starts].astype('>f8').tobytes().hex()}:{counts.astype('>i8').tobytes().hex()}>"
 
 
+#: the most taps one packed string may unpack to (a radius of 2**20 is 2M per pass): a larger
+#: count is a malformed string, not a request for gigabytes
+_UNPACK_MAX = 1 << 27
+
+
 def _unpack(text: str):
     """The tuple :func:`_pack` packed; also the earlier ``"<taps:...>"`` form (``repr`` of each
-    value, a run as ``value*count``), which exported programs may hold."""
-    if text.startswith("<f8:"):
-        values, counts = text[4:-1].split(":")
-        v = np.frombuffer(bytes.fromhex(values), ">f8")
-        return tuple(np.repeat(v, np.frombuffer(bytes.fromhex(counts), ">i8")).tolist())
-    out = []
-    for part in text[6:-1].split(" "):
-        v, _, n = part.partition("*")
-        f = float(v)
-        if n:
-            out.extend((f,) * int(n))
-        else:
-            out.append(f)
-    return tuple(out)
+    value, a run as ``value*count``), which exported programs may hold.  ValueError for a
+    malformed one (a run count that is not positive, values and counts that do not pair up,
+    more than ``_UNPACK_MAX`` taps)."""
+    try:
+        if not text.endswith(">"):
+            raise ValueError
+        if text.startswith("<f8:"):
+            values, counts = text[4:-1].split(":")
+            v = np.frombuffer(bytes.fromhex(values), ">f8")
+            n = np.frombuffer(bytes.fromhex(counts), ">i8")
+            if len(v) != len(n) or (n <= 0).any() or int(n.sum()) > _UNPACK_MAX:
+                raise ValueError
+            return tuple(np.repeat(v, n).tolist())
+        out = []
+        for part in text[6:-1].split(" "):
+            v, _, n = part.partition("*")
+            f = float(v)
+            k = int(n) if n else 1
+            if k <= 0 or len(out) + k > _UNPACK_MAX:
+                raise ValueError
+            out.extend((f,) * k)
+        return tuple(out)
+    except (ValueError, TypeError, OverflowError):
+        raise ValueError(f"malformed spec string: bad packed taps {text[:40]!r}") from None
 
 
 def _plain(obj):

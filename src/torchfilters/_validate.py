@@ -310,7 +310,7 @@ def check_out(out, shape, dtype, device, name: str = "out") -> None:
     # (ATen's internal-overlap rule for a definite overlap, a dim of size > 1 and stride 0, in
     # shapes and strides: torch.compile traces it, where ``torch._debug_has_internal_overlap``
     # ended a fullgraph trace -- found by review)
-    if any(n > 1 and st == 0 for n, st in zip(out.shape, out.stride())):
+    if out.numel() and any(n > 1 and st == 0 for n, st in zip(out.shape, out.stride())):  # (none: empty)
         raise ValueError(
             f"{name} has overlapping memory (e.g. an expanded, stride-0 tensor); "
             "it cannot hold one result per element: pass a contiguous tensor"

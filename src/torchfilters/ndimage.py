@@ -213,6 +213,12 @@ def _store(out, v):
     the truncated value's truth, so 0.9 is False)."""
     if out.dtype == np.bool_:
         v = np.trunc(v) != 0
+    elif out.dtype == np.uint32 and v.dtype.kind == "f":
+        # SciPy's C cast to uint32 goes through a 64-bit integer on x86-64 (its values wrap
+        # modulo 2**32: a multi-pass filter's negative intermediate, then its sum); NumPy's
+        # gives 0 past 2**32 (found by review: sobel of uint32 gave 0 where SciPy gives 17)
+        with np.errstate(invalid="ignore"):
+            v = np.trunc(v).astype(np.int64).astype(np.uint32)
     np.copyto(out, v, casting="unsafe")
     return out
 
@@ -252,18 +258,20 @@ def _complex_via_real_components(func, input, weights, output, cval, **kwargs):
 
 
 def _double(cval):
-    """``cval`` where SciPy's C functions read it as a double: TypeError for None, a string, a
-    complex number (``PyFloat_AsDouble``'s rule)."""
-    if isinstance(cval, (str, bytes, bytearray, complex, np.complexfloating)) or not hasattr(cval, "__float__"):
+    """``cval`` as the double SciPy's C functions read (``PyFloat_AsDouble``): a real number, a
+    NumPy scalar (a complex one's real part, with NumPy's ComplexWarning) or a 0-d array of
+    one; TypeError for None, a string, a Python complex, a complex or longer array."""
+    if isinstance(cval, (str, bytes, bytearray)) or not hasattr(type(cval), "__float__"):
         raise TypeError(f"must be real number, not {type(cval).__name__}")
-    return cval
+    try:
+        return float(cval)
+    except TypeError:
+        raise TypeError(f"must be real number, not {type(cval).__name__}") from None
 
 
 def _real_cval(cval):
-    if np.iscomplexobj(cval):
-        raise TypeError("a complex cval needs a complex input or complex weights")
-    _double(cval)
-    return float(cval)
+    """The ``cval`` of a real filtering: :func:`_double`'s rule, as SciPy's passes read it."""
+    return _double(cval)
 
 
 def _check_origin_type(origin):
@@ -592,6 +600,7 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
     output = _get_output(output, input, complex_output=complex_output)
     if (size // 2 + origin < 0) or (size // 2 + origin >= size):
         raise ValueError("invalid origin")
+    origin = operator.index(origin)  # (SciPy's C function takes an integer)
     mode = _check_mode(mode)
     if complex_output:
         uniform_filter1d(input.real, size, axis, output.real, mode, np.real(cval), origin)
@@ -836,13 +845,18 @@ def _min_or_max_filter(input, size, footprint, output, mode, cval, origin, minim
         # SciPy runs a size as 1-D passes, size[i] and origin[i] along axes[i] (axes' order, as
         # mode); _rank_window lays a window's dims out in increasing axis order, so the window
         # goes there with its axes sorted (found by review: origins stayed in axes' order)
-        _check_origin_type(origin)
         sizes = _normalize_sequence(size, len(axes))
         origins = _normalize_sequence(origin, len(axes))
         # an axis of size <= 1 is no pass of SciPy's (its origin unchecked); the others' sizes are
-        # int()-ed, as SciPy's passes take them (size=0: a copy; 2.5: 2)
+        # int()-ed, as SciPy's passes take them (size=0: a copy; 2.5: 2), and their origins
+        # checked as its 1-D filters check them: an invalid one is a ValueError, then one that is
+        # no integer a TypeError
         origins = [o if n > 1 else 0 for n, o in zip(sizes, origins)]
         sizes = [int(n) if n > 1 else 1 for n in sizes]
+        for n, o in zip(sizes, origins):
+            if (n // 2 + o < 0) or (n // 2 + o >= n):
+                raise ValueError("invalid origin")
+        origins = [operator.index(o) for o in origins]
         order = sorted(range(len(axes)), key=axes.__getitem__)
         size = [sizes[i] for i in order]
         origin = [origins[i] for i in order]
@@ -885,6 +899,7 @@ def _min_or_max_1d(input, size, axis, output, mode, cval, origin, minimum):
     output = _get_output(output, input)
     if (size // 2 + origin < 0) or (size // 2 + origin >= size):
         raise ValueError("invalid origin")
+    origin = operator.index(origin)  # (SciPy's C function takes an integer)
     _check_mode(mode)
     shape = [1] * input.ndim
     shape[axis] = int(size)

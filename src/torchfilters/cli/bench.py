@@ -224,7 +224,7 @@ def run(args: argparse.Namespace, extra: list | None = None) -> int:
         with torch.no_grad():
             y_ref = fn(x, **call_kw)
     except Exception as exc:
-        parser.error(_ops.name_option(describe(exc, 400), names))
+        parser.error(_ops.name_option(describe(exc, 400), names, set(kwargs)))  # (kwargs: the options given)
     xr = x.detach().requires_grad_(True) if args.backward else None
     g = torch.randn(y_ref.shape, generator=gen, dtype=torch.float32).to(dtype=y_ref.dtype, device=device) \
         if args.backward else None

@@ -298,11 +298,26 @@ def op_kwargs(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     return kwargs
 
 
-def name_option(message: str, names: list[str]) -> str:
-    """``argument --sigma: MESSAGE`` when the op's error names one of its parameters (the one it
-    names first: "sigma=... with truncate=..." is about --sigma)."""
-    found = [(m.start(), n) for n in names if (m := re.search(rf"\b{re.escape(n)}\b", message))]
-    if found:
-        n = min(found)[1]
-        return f"argument --{n.replace('_', '-')}: {message}"
+def name_option(message: str, names: list[str], given=None) -> str:
+    """``argument --sigma: MESSAGE`` when the op's error names exactly one of the options the
+    user gave (``given``; None: every one of ``names``); the message alone when it names none of
+    them, or several ("sigma=... with truncate=..." after both were given)."""
+    found = [n for n in names if re.search(rf"\b{re.escape(n)}\b", message) and (given is None or n in given)]
+    if len(found) == 1:
+        return f"argument --{found[0].replace('_', '-')}: {message}"
     return message
+
+
+def given_options(parser: argparse.ArgumentParser, kwargs: dict[str, Any]) -> set[str]:
+    """The options of ``kwargs`` whose values differ from ``parser``'s defaults (the ones the
+    user gave, to name in an error)."""
+    out = set()
+    for n, v in kwargs.items():
+        d = parser.get_default(n)
+        try:
+            same = v is d or (v is not None and d is not None and bool(v == d))
+        except Exception:  # (a tensor against a default: given)
+            same = False
+        if not same:
+            out.add(n)
+    return out

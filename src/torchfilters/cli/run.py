@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from . import inputs as _inputs
 from .common import PROG, DiskFull, InputError, Terminated, describe, error, progress_bar
-from .ops import name_option
+from .ops import given_options, name_option
 from .outputs import encode, output_names, signals_raise, write_atomic
 
 
@@ -56,7 +56,7 @@ def _probe(job: Job, device: Any, parser: argparse.ArgumentParser) -> None:
             return
         except Exception as exc:
             first = first or exc
-    parser.error(name_option(describe(first, 400), job.param_names))
+    parser.error(name_option(describe(first, 400), job.param_names, given_options(parser, job.kwargs)))
 
 
 def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Job) -> int:
