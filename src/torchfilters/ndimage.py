@@ -257,7 +257,7 @@ def _complex_via_real_components(func, input, weights, output, cval, **kwargs):
     return output
 
 
-def _double(cval):
+def _real_cval(cval):
     """``cval`` as the double SciPy's C functions read (``PyFloat_AsDouble``): a real number, a
     NumPy scalar (a complex one's real part, with NumPy's ComplexWarning) or a 0-d array of
     one; TypeError for None, a string, a Python complex, a complex or longer array."""
@@ -269,9 +269,12 @@ def _double(cval):
         raise TypeError(f"must be real number, not {type(cval).__name__}") from None
 
 
-def _real_cval(cval):
-    """The ``cval`` of a real filtering: :func:`_double`'s rule, as SciPy's passes read it."""
-    return _double(cval)
+def _pass_origin(size, origin):
+    """The origin of one SciPy 1-D pass of ``size``, as its filters check it: ValueError where it
+    falls outside the window, then TypeError where it is no integer (its C function's)."""
+    if (size // 2 + origin < 0) or (size // 2 + origin >= size):
+        raise ValueError("invalid origin")
+    return operator.index(origin)
 
 
 def _check_origin_type(origin):
@@ -598,9 +601,7 @@ def uniform_filter1d(input, size, axis=-1, output=None, mode="reflect", cval=0.0
     complex_output = input.dtype.kind == "c"
     fresh = _fresh(output)
     output = _get_output(output, input, complex_output=complex_output)
-    if (size // 2 + origin < 0) or (size // 2 + origin >= size):
-        raise ValueError("invalid origin")
-    origin = operator.index(origin)  # (SciPy's C function takes an integer)
+    origin = _pass_origin(size, origin)
     mode = _check_mode(mode)
     if complex_output:
         uniform_filter1d(input.real, size, axis, output.real, mode, np.real(cval), origin)
@@ -657,7 +658,7 @@ def _order_preserving(a, cval, cast_cval=None):
     are, integers up to 32 bits (and bools) as float64; 64-bit integers as float64 too when
     they fit in 53 bits, else as their ranks among ``a``'s values and ``cval`` (``table`` maps
     a rank back).  Rank filters only compare, so every result is exact."""
-    _double(cval)
+    _real_cval(cval)
     if a.dtype in (np.float32, np.float64):  # rounding cval is monotonic: the same selections
         return _tensor(a, a.dtype == np.float32), None, float(np.asarray(cval).astype(a.dtype))
     if a.dtype == np.float16:
@@ -853,10 +854,7 @@ def _min_or_max_filter(input, size, footprint, output, mode, cval, origin, minim
         # no integer a TypeError
         origins = [o if n > 1 else 0 for n, o in zip(sizes, origins)]
         sizes = [int(n) if n > 1 else 1 for n in sizes]
-        for n, o in zip(sizes, origins):
-            if (n // 2 + o < 0) or (n // 2 + o >= n):
-                raise ValueError("invalid origin")
-        origins = [operator.index(o) for o in origins]
+        origins = [_pass_origin(n, o) for n, o in zip(sizes, origins)]
         order = sorted(range(len(axes)), key=axes.__getitem__)
         size = [sizes[i] for i in order]
         origin = [origins[i] for i in order]
@@ -897,9 +895,7 @@ def _min_or_max_1d(input, size, axis, output, mode, cval, origin, minimum):
         raise RuntimeError(f"array type {input.dtype!r} not supported")
     fresh = _fresh(output)
     output = _get_output(output, input)
-    if (size // 2 + origin < 0) or (size // 2 + origin >= size):
-        raise ValueError("invalid origin")
-    origin = operator.index(origin)  # (SciPy's C function takes an integer)
+    origin = _pass_origin(size, origin)
     _check_mode(mode)
     shape = [1] * input.ndim
     shape[axis] = int(size)
