@@ -251,6 +251,8 @@ def test_second_review_argument_rules_are_scipys():
     with pytest.raises(ValueError, match="invalid origin"):  # (SciPy's check comes first)
         tfn.minimum_filter(a3, size=2, origin=(1.0,) * 3)
     assert np.array_equal(tfn.minimum_filter1d(x, 3, origin=True), ndi.minimum_filter1d(x, 3, origin=True))
+    with pytest.raises(TypeError):  # (the fused path truncated it)
+        tfn.uniform_filter(x, 3, origin=1.0)
     for name in ("uniform_filter1d", "minimum_filter1d", "maximum_filter1d"):
         with pytest.raises(TypeError):
             getattr(tfn, name)(x, 3, origin=1.0)

@@ -634,14 +634,12 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
         output[...] = input[...]
         return output
     if _fusable(input, output, len(todo)) and all(isinstance(s, numbers.Integral) for _, s, _, _ in todo):
-        for _, s, o, _ in todo:
-            if (s // 2 + o < 0) or (s // 2 + o >= s):
-                raise ValueError("invalid origin")
+        org = tuple(_pass_origin(s, o) for _, s, o, _ in todo)  # (a float origin: SciPy's TypeError)
         ax = tuple(a for a, *_ in todo)
         md = tuple(_check_mode(m) for *_, m in todo)
         cv = _real_cval(cval)
         return _run(output, lambda t: F.uniform_filter(t, tuple(int(s) for _, s, _, _ in todo), mode=md, cval=cv,
-                                                       origin=tuple(int(o) for _, _, o, _ in todo), axes=ax),
+                                                       origin=org, axes=ax),
                     input, _fast32(input, output), fresh)
     src = input
     for axis, s, o, m in todo:
