@@ -157,6 +157,8 @@ def test_filter_help_lists_every_op(capsys):
         (["correlate", "--weights", "1,x"], "argument --weights: expected a .npy/.pt file or numbers"),
         (["correlate", "--weights", "missing.npy"], "argument --weights: missing.npy: no such file"),
         (["selective_blur", "--threshold", "nan"], "argument --threshold"),
+        # (a scalar option is not offered per axis: found by a README walk)
+        (["selective_blur", "--threshold", "0.5,0.2"], "argument --threshold: expected a number, got '0.5,0.2'"),
         (["uniform_filter", "--size", "0"], "argument --size"),
         (["bilateral_filter"], "invalid choice: 'bilateral_filter'"),
         ([], "the following arguments are required: OP"),

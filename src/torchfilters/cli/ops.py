@@ -37,14 +37,15 @@ def op_table() -> dict[str, Callable[..., Any]]:
 # ------------------------------------------------------------------ value types
 
 
-def _scalar_or_list(convert: Callable[[str], Any], what: str, whats: str) -> Callable[[str], Any]:
+def _scalar_or_list(convert: Callable[[str], Any], what: str, whats: str | None) -> Callable[[str], Any]:
+    """A parser of one value, or (``whats``: the plural) of comma-separated values, one per axis."""
     def parse(text: str) -> Any:
-        parts = [p.strip() for p in text.split(",")]
+        parts = [p.strip() for p in text.split(",")] if whats else [text.strip()]
         try:
             values = [convert(p) for p in parts]
         except (ValueError, argparse.ArgumentTypeError):
-            raise argparse.ArgumentTypeError(f"expected {what} or comma-separated {whats} (one per axis), "
-                                             f"got {text!r}") from None
+            many = f" or comma-separated {whats} (one per axis)" if whats else ""
+            raise argparse.ArgumentTypeError(f"expected {what}{many}, got {text!r}") from None
         return values[0] if len(values) == 1 else tuple(values)
 
     parse.__name__ = what
@@ -62,6 +63,10 @@ def _number(text: str) -> float:
 
 ints = _scalar_or_list(_strict_int, "an integer", "integers")
 numbers = _scalar_or_list(_number, "a number", "numbers")
+#: one value, for a parameter that takes no sequence (``threshold``, ``cval``): "1,2" is refused
+#: as not a number, not offered as one per axis
+an_int = _scalar_or_list(_strict_int, "an integer", None)
+a_number = _scalar_or_list(_number, "a number", None)
 
 
 def optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -202,11 +207,11 @@ def option_for(p: inspect.Parameter) -> Option:
     elif ann == "bool" or isinstance(p.default, bool):
         kw.update(action=argparse.BooleanOptionalAction)
     elif "Sequence[int]" in ann or ann in ("int", "Optional[int]"):
-        many = "Sequence" in ann
-        kw.update(type=optional(ints) if allows_none else ints, metavar="N[,N...]" if many else "N")
+        parse = ints if "Sequence" in ann else an_int
+        kw.update(type=optional(parse) if allows_none else parse, metavar="N[,N...]" if parse is ints else "N")
     elif "Number" in ann or "float" in ann:
-        many = "Sequence" in ann
-        kw.update(type=optional(numbers) if allows_none else numbers, metavar="X[,X...]" if many else "X")
+        parse = numbers if "Sequence" in ann else a_number
+        kw.update(type=optional(parse) if allows_none else parse, metavar="X[,X...]" if parse is numbers else "X")
     elif ann == "str":
         kw.update(type=str)
     else:
