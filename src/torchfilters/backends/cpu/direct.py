@@ -697,8 +697,12 @@ def _d3_kernel(FORMS, EPI, FK, STRM):
                         i, c1 = ia, False
                     else:
                         i, c0 = ib - 1, False
-                    if whole or (_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0,
-                                         c1, False) == eall and MAGK):
+                    # (only the magnitude redoes rows: the other kernels have one row variant, and
+                    # the branch on the closure constant is pruned before typing -- compile time)
+                    if not MAGK:
+                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, False)
+                    elif whole or _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0,
+                                          c1, False) == eall:
                         _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, whole)
         if STRM:
             _fence()  # the non-temporal stores are visible to the thread that returns the output
