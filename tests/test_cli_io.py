@@ -300,6 +300,12 @@ def test_each_bad_file_gets_one_line_in_words(tmp_path, capsys):
     rc = cli.main(["edges", str(tmp_path / "ok.png"), "-o", str(tmp_path / ("x" * 300))])
     (line,) = _err_lines(capsys)
     assert rc == 1 and "cannot create output folder (file name too long)" in line, line
+    # no input usable: the summary names no folder, which was never made (found by review)
+    (tmp_path / "none").mkdir()
+    rc = cli.main(["edges", str(tmp_path / "none"), "-o", str(tmp_path / "never")])
+    err = capsys.readouterr().err
+    assert rc == 1 and "wrote 0 file(s), 1 input(s) failed" in err and "never" not in err, err
+    assert not (tmp_path / "never").exists()
 
 
 def test_a_signal_right_after_a_rename_is_counted(tmp_path, monkeypatch, capsys):

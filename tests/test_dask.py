@@ -31,6 +31,7 @@ EXACT = {
     "prewitt": lambda m, x: m.prewitt(x, 1),
     "laplace mirror": lambda m, x: m.laplace(x, mode="mirror"),
     "uniform_filter origin": lambda m, x: m.uniform_filter(x, (4, 3), origin=(1, -1)),
+    "uniform_filter float sizes": lambda m, x: m.uniform_filter(x, (3.0, np.float64(5.0))),  # (SciPy's int(size))
     "gaussian_gradient_magnitude": lambda m, x: m.gaussian_gradient_magnitude(x, 1.0),
     "gaussian_laplace wrap": lambda m, x: m.gaussian_laplace(x, 1.0, mode="wrap"),
     "convolve1d": lambda m, x: m.convolve1d(x, [1.0, 2.0, 3.0, 4.0], axis=1, mode="nearest"),
@@ -148,6 +149,18 @@ def test_volume_and_integer_dtype():
     y = tfd.gaussian_filter(x, 1.0)
     assert y.dtype == np.uint8
     assert np.array_equal(y.compute(), tfn.gaussian_filter(v, 1.0))
+
+
+@pytest.mark.parametrize("dt", [">f8", ">i2"])
+def test_big_endian_input_declares_the_native_dtype_it_computes(dt):
+    a = (RNG.random((12, 10)) * 100).astype(dt)
+    for f in (lambda m, x: m.gaussian_filter(x, 1.0), lambda m, x: m.median_filter(x, 3),
+              lambda m, x: m.sobel(x, 0)):
+        y = f(tfd, da.from_array(a, chunks=(6, 5)))
+        want = f(tfn, a)
+        assert want.dtype.isnative and y.dtype == want.dtype
+        got = y.compute()
+        assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
 def test_local_cluster_with_two_worker_processes(tmp_path):

@@ -92,6 +92,16 @@ def test_volumes_and_more_than_three_axes():
         tfn.correlate(v, w)
     w = np.ones((1, 2, 2, 2))  # reaches along 3 axes only: fine
     np.testing.assert_allclose(tfn.correlate(v, w), ndi.correlate(v, w), rtol=1e-12)
+    # (found by review) a min / max box over 4 axes is SciPy's separable passes, in any dtype
+    for a in (v, (v * 100).astype(np.int16)):
+        for f in ("minimum_filter", "maximum_filter"):
+            for kw in (dict(size=3), dict(size=(2, 3, 1, 2), origin=(-1, 1, 0, 0)), dict(footprint=np.ones((2,) * 4))):
+                assert np.array_equal(getattr(tfn, f)(a, **kw), getattr(ndi, f)(a, **kw)), (f, kw)
+    # a 0-d array: the one product (correlate raised IndexError)
+    for f in ("correlate", "convolve"):
+        for a, out in ((np.array(2.0), None), (np.array(7, np.uint8), None), (np.array(2.0), np.float32)):
+            got, want = getattr(tfn, f)(a, np.array(3.5), output=out), getattr(ndi, f)(a, np.array(3.5), output=out)
+            assert got.shape == () and got.dtype == want.dtype and got == want
 
 
 def test_float32_in_float32_out_without_conversions():
@@ -253,6 +263,18 @@ def test_second_review_argument_rules_are_scipys():
     assert np.array_equal(tfn.minimum_filter1d(x, 3, origin=True), ndi.minimum_filter1d(x, 3, origin=True))
     with pytest.raises(TypeError):  # (the fused path truncated it)
         tfn.uniform_filter(x, 3, origin=1.0)
+    # (found by review) correlate1d parses a Python bool origin as an int, the N-D filters do not;
+    # a Gaussian order of 0.0 is 0, 1.0 SciPy's TypeError (numpy.zeros(order + 1))
+    w4 = [1.0, 2.0, 3.0, 4.0]
+    assert np.array_equal(tfn.correlate1d(x, w4, origin=True), ndi.correlate1d(x, w4, origin=True))
+    for call in (lambda m: m.correlate(x, np.ones((3, 3)), origin=True),
+                 lambda m: m.correlate1d(x, w4, origin=np.True_),
+                 lambda m: m.gaussian_filter1d(x, 1.0, order=1.0),
+                 lambda m: m.gaussian_filter(x, 1.0, order=(0, 1.0))):
+        for m in (ndi, tfn):
+            with pytest.raises(TypeError):
+                call(m)
+    assert np.array_equal(tfn.gaussian_filter(x, 1.0, order=0.0), ndi.gaussian_filter(x, 1.0, order=0.0))
     for name in ("uniform_filter1d", "minimum_filter1d", "maximum_filter1d"):
         with pytest.raises(TypeError):
             getattr(tfn, name)(x, 3, origin=1.0)

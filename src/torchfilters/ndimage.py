@@ -277,9 +277,12 @@ def _pass_origin(size, origin):
     return operator.index(origin)
 
 
-def _check_origin_type(origin):
+def _check_origin_type(origin, bool_ok=False):
+    """SciPy's C argument rules: integers; a Python bool only where it parses one int (``bool_ok``:
+    the 1-D filters), not in the N-D filters' sequence of them."""
+    bad = np.bool_ if bool_ok else (bool, np.bool_)
     for o in (origin if np.iterable(origin) else (origin,)):
-        if isinstance(o, (bool, np.bool_)) or not isinstance(o, numbers.Integral):
+        if isinstance(o, bad) or not isinstance(o, numbers.Integral):
             raise TypeError(f"origin must be an integer or a sequence of integers; got {o!r}")
 
 
@@ -302,7 +305,7 @@ def correlate1d(input, weights, axis=-1, output=None, mode="reflect", cval=0.0, 
     if weights.ndim != 1 or weights.shape[0] < 1:
         raise RuntimeError("no filter weights given")
     axis = _normalize_axis(axis, input.ndim)
-    _check_origin_type(origin)
+    _check_origin_type(origin, bool_ok=True)
     if _invalid_origin(origin, len(weights)):
         raise ValueError("Invalid origin; origin must satisfy -(len(weights) // 2) <= origin <= "
                          "(len(weights)-1) // 2")
@@ -357,6 +360,8 @@ def _correlate_or_convolve(input, weights, output, mode, cval, origin, convoluti
     cval = _real_cval(cval)
     if input.size == 0:
         return output
+    if input.ndim == 0:  # (SciPy's: no axis to extend, the one product)
+        return _store(output, np.asarray(input, np.float64) * weights[()])
     # axes the kernel does not reach along (one tap at offset 0) are batch axes
     keep = [i for i in range(input.ndim) if weights.shape[i] != 1 or origins[i] != 0]
     if not keep:
@@ -519,8 +524,11 @@ def gaussian_filter1d(input, sigma, axis=-1, order=0, output=None, mode="reflect
     lw = _radius(truncate, sd, radius)
     if order < 0:
         raise ValueError("order must be non-negative")
+    # SciPy's kernel takes an order of 0 as it is and any other through numpy.zeros(order + 1):
+    # 0.0 is 0, 1.0 its TypeError
+    order = 0 if order == 0 else operator.index(order)
     # correlation with the reversed kernel (SciPy's): kernels.gaussian_kernel1d is SciPy's, reversed
-    weights = np.asarray(kernels.gaussian_kernel1d(sd, int(order), lw), np.float64)
+    weights = np.asarray(kernels.gaussian_kernel1d(sd, order, lw), np.float64)
     return correlate1d(input, weights, axis, output, mode, cval, 0)
 
 
@@ -788,9 +796,10 @@ def _min_or_max(input, footprint, output, modes, cval, origins, minimum, per_axi
             output[...] = input[...]
             return output
         passes = [i for i, n in enumerate(footprint.shape) if n > 1]
-        if len(passes) > 1 and output.dtype != input.dtype:
+        if len(passes) > 1 and (output.dtype != input.dtype or len(passes) > 3):
             # SciPy stores each 1-D pass in the output's dtype (a narrower one wraps between
-            # passes); in the input's dtype, one fused box is the same
+            # passes); in the input's dtype, one fused box is the same, over up to 3 axes (more:
+            # the passes, as SciPy's)
             src = input
             for i in passes:
                 _min_or_max_1d(src, footprint.shape[i], i, output, modes[i], cval, origins[i], minimum)

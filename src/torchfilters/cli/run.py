@@ -122,11 +122,12 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
     finally:
         if bar is not None:
             bar.close()
+    where = f" to {out_dir}" if written[0] else ""  # (no file: the folder may not exist)
     if status is not None:
-        print(f"{PROG}: {status[0]}: wrote {written[0]} complete file(s) to {out_dir}, no partial file left",
+        print(f"{PROG}: {status[0]}: wrote {written[0]} complete file(s){where}, no partial file left",
               file=sys.stderr)
         return status[1]
     if not args.quiet:
-        print(f"{PROG}: wrote {written[0]} file(s) to {out_dir}" + (f", {failed} input(s) failed" if failed else ""),
+        print(f"{PROG}: wrote {written[0]} file(s){where}" + (f", {failed} input(s) failed" if failed else ""),
               file=sys.stderr)
     return 1 if failed else 0
