@@ -109,25 +109,30 @@ def test_compile_fullgraph_recompiles_for_new_shapes():
 
 
 def test_compile_dynamic_true_matches_eager():
-    """dynamic=True works (not fullgraph: it makes Python floats such as cval symbolic,
-    and the specs that select a kernel need them as constants)."""
+    """dynamic=True works, fullgraph too: it makes Python floats such as cval symbolic, and the
+    specs that select a kernel specialise on them."""
     x = rand(1, 2, 8, 9, seed=8)
     mask = x[0, 0] > 0
-    y = torch.compile(_model, backend="aot_eager", dynamic=True)(x, mask)
+    y = torch.compile(_model, backend="aot_eager", dynamic=True, fullgraph=True)(x, mask)
     assert_close(y, _model(x, mask), rtol=1e-12)
 
 
 @pytest.mark.parametrize(
     "name",
-    ["gaussian_filter", "correlate-list-weights", "selective_blur-sigma", "nn.GaussianFilter"],
+    ["gaussian_filter", "correlate-list-weights", "selective_blur-sigma", "nn.GaussianFilter",
+     "selective_blur-weights", "nn.SelectiveBlur-weights"],
 )
 def test_compile_fullgraph_other_ops(name):
-    """Every op should trace without a graph break (cheap aot_eager backend)."""
+    """Every op should trace without a graph break (cheap aot_eager backend); selective_blur's
+    weights were checked through a tensor (found by review: no fullgraph trace)."""
+    w3 = [[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]
     fn = {
         "gaussian_filter": lambda t: tf.gaussian_filter(t, 1.0, order=(0, 1)),
         "correlate-list-weights": lambda t: tf.correlate(t, [[1.0, 2.0], [0.5, -1.0]]),
         "selective_blur-sigma": lambda t: tf.selective_blur(t, 0.0, sigma=0.8),
         "nn.GaussianFilter": tf.nn.GaussianFilter(1.5),
+        "selective_blur-weights": lambda t: tf.selective_blur(t, 0.0, weights=w3, normalized=True),
+        "nn.SelectiveBlur-weights": tf.nn.SelectiveBlur(0.0, weights=w3),
     }[name]
     x = rand(1, 2, 8, 9, seed=3)
     xc = x.clone().requires_grad_(True)
@@ -192,3 +197,27 @@ def test_nn_modules_are_parameter_free_and_composable():
     net.eval()
     with torch.no_grad():
         assert torch.equal(net(x), ref)
+
+
+def test_compile_fullgraph_when_a_float_argument_changes():
+    """Found by review: with the default ``dynamic=None`` Dynamo makes a float argument symbolic
+    once it changes between calls, and the argument checks failed to trace it (sigma of a second
+    module, a new cval).  Each value is specialised, and each result is eager's."""
+    x = rand(1, 2, 8, 9, seed=5)
+    f = torch.compile(lambda t, c, s: tf.gaussian_filter(t, s, mode="constant", cval=c), fullgraph=True,
+                      backend="eager")
+    for c, s in ((0.0, 1.0), (1.0, 1.0), (2.5, 1.7), (-1.0, 0.6)):
+        assert torch.equal(f(x, c, s), tf.gaussian_filter(x, s, mode="constant", cval=c)), (c, s)
+    for s in (1.0, 2.0):
+        m = tf.nn.GaussianFilter(s)
+        assert torch.equal(torch.compile(m, fullgraph=True, backend="eager")(x), m(x))
+
+
+def test_modules_construct_whatever_the_default_backend(monkeypatch):
+    """Found by review: a module checked its arguments by running on the default backend, so
+    ``TORCHFILTERS_BACKEND=triton`` (CUDA tensors only) made every module raise at construction."""
+    monkeypatch.setenv("TORCHFILTERS_BACKEND", "triton")
+    for m in (tf.nn.GaussianFilter(1.0), tf.nn.MedianFilter(3), tf.nn.GradientMagnitude(axes=(0, 1, 2))):
+        assert isinstance(m, torch.nn.Module)
+    with pytest.raises(ValueError):  # (the arguments are still checked)
+        tf.nn.GaussianFilter(-1.0)

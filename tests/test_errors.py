@@ -292,6 +292,20 @@ def test_weights_requires_grad_1d():
         tf.correlate1d(X, torch.ones(3, requires_grad=True))
 
 
+def test_scalar_arguments_that_require_grad():
+    """Found by review: a cval (amount, threshold, sigma) tensor that requires grad was read with
+    ``.item()``, its gradient silently never computed; like weights, it raises."""
+    g = lambda: torch.tensor(0.5, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    for name, call in [("cval", lambda v: tf.gaussian_filter(X, 1.0, mode="constant", cval=v)),
+                       ("amount", lambda v: tf.unsharp_mask(X, 1.0, v)),
+                       ("threshold", lambda v: tf.selective_blur(X, v)),
+                       ("sigma", lambda v: tf.gaussian_filter(X, v)),
+                       ("sigma", lambda v: tf.gaussian_filter(X, torch.stack([v, v])))]:
+        with raises(ValueError, name, "requires grad"):
+            call(g())
+        call(g().detach())
+
+
 @pytest.mark.parametrize("fn", [tf.correlate, tf.convolve], ids=lambda f: f.__name__)
 def test_invalid_origin_2d(fn):
     w = torch.ones(3, 4)

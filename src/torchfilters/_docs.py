@@ -83,7 +83,8 @@ _cval = """\
 cval: the value of every sample beyond the edges with
     ``mode='constant'`` (or ``'grid-constant'``); the other modes ignore
     it.  A real number (NumPy scalars too; NaN and inf as in SciPy) or a
-    one-element real tensor; not a bool.  Default 0.0."""
+    one-element real tensor (a constant: one that requires grad raises
+    ``ValueError``); not a bool.  Default 0.0."""
 
 _origin = """\
 origin: shifts the kernel, an int or one per axis of ``axes`` (NumPy

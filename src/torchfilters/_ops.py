@@ -64,12 +64,22 @@ def _write(out: Tensor, inputs, compute):
         compute(out)
 
 
+def _own(t: Tensor) -> Tensor:
+    """``t``, or where it is a view (of an engine's buffer: a reshaped or permuted result, a cached
+    output buffer) a tensor on the same storage that is none: autograd forbids in-place changes
+    to a custom op's output that is a view, which a user's ``y.clamp_()`` makes (found by
+    review).  No copy; the storage keeps the engine's buffer alive."""
+    if not t._is_view():
+        return t
+    return t.new_empty(0).set_(t.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+
+
 # --------------------------------------------------------------------- filter
 
 
 @torch.library.custom_op(f"{_LIB}::filter", mutates_args=())
 def filter_op(x: Tensor, spec: str, backend: str) -> Tensor:
-    return _engine(backend, x).filter_forward(x, _spec.decode(spec))
+    return _own(_engine(backend, x).filter_forward(x, _spec.decode(spec)))
 
 
 @filter_op.register_fake
@@ -156,7 +166,7 @@ filter_backward_op.register_autograd(_filter_bwd_grad, setup_context=_filter_bwd
 
 @torch.library.custom_op(f"{_LIB}::rank_filter", mutates_args=())
 def rank_op(x: Tensor, spec: str, backend: str) -> Tensor:
-    return _engine(backend, x).rank_forward(x, _spec.decode(spec))
+    return _own(_engine(backend, x).rank_forward(x, _spec.decode(spec)))
 
 
 @rank_op.register_fake
@@ -222,7 +232,7 @@ rank_backward_op.register_autograd(_rank_bwd_grad, setup_context=_rank_bwd_setup
 
 @torch.library.custom_op(f"{_LIB}::selective_blur", mutates_args=())
 def blur_op(x: Tensor, mask: Tensor | None, spec: str, threshold: float, backend: str) -> Tensor:
-    return _engine(backend, x).blur_forward(x, mask, _spec.decode(spec), threshold)
+    return _own(_engine(backend, x).blur_forward(x, mask, _spec.decode(spec), threshold))
 
 
 @blur_op.register_fake

@@ -101,10 +101,20 @@ def check_has_values(t: torch.Tensor, name: str) -> None:
         )
 
 
+def check_constant(t: torch.Tensor, name: str) -> None:
+    """A parameter given as a tensor (``cval``, ``sigma``, ...) is read as numbers: one that
+    requires grad would have its gradient silently never computed, so it is a ``ValueError``
+    (found by review)."""
+    if t.requires_grad:
+        raise ValueError(f"{name} requires grad, but torchfilters treats {name} as a constant (gradients flow "
+                         f"to the input only); pass {name}.detach() or numbers")
+
+
 def tensor_values(t: torch.Tensor, name: str):
     """The values of a parameter given as a tensor, as Python numbers (``tolist``), or a clear
-    error (see :func:`check_has_values`)."""
+    error (see :func:`check_has_values`, :func:`check_constant`)."""
     check_has_values(t, name)
+    check_constant(t, name)
     return t.detach().cpu().tolist()
 
 
@@ -181,10 +191,16 @@ def _real(value, name: str) -> float:
     given = value
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         check_has_values(value, name)
+        check_constant(value, name)
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, Real):
         what = f"a tensor of dtype {given.dtype}" if isinstance(given, torch.Tensor) else type_name(given)
         raise TypeError(f"{name} must be a real number; got {what}")
+    if type(value) is float and torch.compiler.is_compiling():
+        # Dynamo makes a float argument symbolic once it changes between calls ("automatic
+        # dynamic"), and a spec needs its value: through its hex text Dynamo specialises on it
+        # (a guard, a recompile per value as with dynamic=False) -- found by review
+        return float.fromhex(value.hex())
     return float(value)
 
 

@@ -85,7 +85,9 @@ class _FilterModule(torch.nn.Module):
             values["footprint"] = _footprint_tuple(values["footprint"], k)
         for n in names:
             setattr(self, n, values[n])
-        self(self._probe())  # validate the arguments now, not at the first batch
+        # validate the arguments now, not at the first batch: on the reference engine, whatever the
+        # default backend (``TORCHFILTERS_BACKEND=triton`` runs no CPU tensor: found by review)
+        type(self)._fn(self._probe(), **self._call_args(), backend="reference")
 
     def _probe(self):
         axes = getattr(self, "axes", None)

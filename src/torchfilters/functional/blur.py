@@ -140,7 +140,9 @@ def selective_blur(
         raise ValueError("give at most one of sigma and weights")
     if weights is not None:
         w = weights_tuple(weights, k)
-        flat = torch.tensor(w, dtype=torch.float64).flatten().tolist()
+        flat = w  # (nested tuples flattened in Python, no tensor: torch.compile(fullgraph=True) traces it)
+        for _ in range(k - 1):
+            flat = [v for row in flat for v in row]
         if normalized and any(v < 0 for v in flat):
             raise ValueError("normalized=True needs non-negative weights (a weighted mean)")
         recipe = dense_recipe(w, lay)
