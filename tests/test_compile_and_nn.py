@@ -120,7 +120,7 @@ def test_compile_dynamic_true_matches_eager():
 @pytest.mark.parametrize(
     "name",
     ["gaussian_filter", "correlate-list-weights", "selective_blur-sigma", "nn.GaussianFilter",
-     "selective_blur-weights", "nn.SelectiveBlur-weights"],
+     "selective_blur-weights", "nn.SelectiveBlur-weights", "nn.GaussianFilter-tensor-sigma"],
 )
 def test_compile_fullgraph_other_ops(name):
     """Every op should trace without a graph break (cheap aot_eager backend); selective_blur's
@@ -133,6 +133,7 @@ def test_compile_fullgraph_other_ops(name):
         "nn.GaussianFilter": tf.nn.GaussianFilter(1.5),
         "selective_blur-weights": lambda t: tf.selective_blur(t, 0.0, weights=w3, normalized=True),
         "nn.SelectiveBlur-weights": tf.nn.SelectiveBlur(0.0, weights=w3),
+        "nn.GaussianFilter-tensor-sigma": tf.nn.GaussianFilter(torch.tensor([1.5, 0.7])),  # (held as numbers)
     }[name]
     x = rand(1, 2, 8, 9, seed=3)
     xc = x.clone().requires_grad_(True)

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from . import functional as F
 from ._docs import fill
+from ._validate import tensor_values
 from .functional._core import weights_tuple
 from .functional.rank import _footprint_tuple
 
@@ -83,6 +84,10 @@ class _FilterModule(torch.nn.Module):
             axes = values.get("axes")
             k = 2 if axes is None else (len(axes) if isinstance(axes, (list, tuple)) else 1)
             values["footprint"] = _footprint_tuple(values["footprint"], k)
+        for n in names:  # other tensors (a sigma, a cval): Python numbers, constants for torch.compile
+            v = values[n]
+            if isinstance(v, Tensor) and n not in ("weights", "footprint") and v.dtype != torch.bool:
+                values[n] = tensor_values(v, n)
         for n in names:
             setattr(self, n, values[n])
         # validate the arguments now, not at the first batch: on the reference engine, whatever the
