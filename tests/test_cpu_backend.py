@@ -443,6 +443,68 @@ def test_threads_follow_torch(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_an_op_reentering_a_launch_runs_in_its_thread(monkeypatch):
+    """Found by review: an op run by a signal handler while this thread was inside the pool's
+    ``submit`` (its lock held) waited for that lock forever.  Here the pool's ``submit`` holds a
+    lock and runs such an op: it runs in the calling thread, and both results are right."""
+    import threading
+
+    from torchfilters.backends.cpu import threads
+
+    x = rand(2, 300, 200, seed=26)
+    inner = []
+    lock = threading.Lock()
+    pool = threads._get_pool(2)
+
+    class Pool:
+        def submit(self, fn):
+            if not lock.acquire(timeout=10):  # (before the fix: the re-entering op waited here)
+                raise AssertionError("the re-entering op waited for the pool's lock")
+            try:
+                if not inner:
+                    inner.append(tf.gaussian_filter(x, 2.0, backend="cpu"))  # (a signal handler's op)
+                return pool.submit(fn)
+            finally:
+                lock.release()
+
+    monkeypatch.setattr(threads, "_get_pool", lambda n: Pool())
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        y = tf.gaussian_filter(x, 1.0, backend="cpu")
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(y, tf.gaussian_filter(x, 1.0, backend="reference"))
+    assert torch.equal(inner[0], tf.gaussian_filter(x, 2.0, backend="reference"))
+
+
+def test_an_allocation_reentering_the_buffer_choice_leaves_the_free_list_alone(monkeypatch):
+    """Found by review: a call re-entering the output cache while it chose a buffer (a signal
+    handler's op, a finalizer) could take that buffer, and the choice then raised StopIteration.
+    A profile hook runs an op at the choice's ``next`` call: it gets a buffer of its own."""
+    import sys
+
+    from torchfilters.backends.cpu import buffers
+
+    tf.gaussian_filter(torch.rand(600, 600), 1.0, backend="cpu")  # one free buffer of 1.4 MB
+    assert buffers._free_bufs
+    x = torch.rand(600, 600)
+    inner = []
+
+    def hook(frame, event, arg):
+        if event == "c_call" and arg is next and frame.f_code.co_name == "_choose" and not inner:
+            inner.append(tf.gaussian_filter(torch.full((600, 600), 3.0), 1.0, backend="cpu"))
+
+    sys.setprofile(hook)
+    try:
+        y = tf.gaussian_filter(x, 1.0, backend="cpu")
+    finally:
+        sys.setprofile(None)
+    assert inner and torch.equal(inner[0], tf.gaussian_filter(torch.full((600, 600), 3.0), 1.0, backend="reference"))
+    assert inner[0].untyped_storage().data_ptr() != y.untyped_storage().data_ptr()
+    assert torch.equal(y, tf.gaussian_filter(x, 1.0, backend="reference"))
+
+
 def test_backend_selection():
     assert backends.resolve("auto", torch.device("cpu"), torch.float32) is cpu
     assert backends.resolve("auto", torch.device("cpu"), torch.bfloat16) is cpu

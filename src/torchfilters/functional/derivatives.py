@@ -71,7 +71,9 @@ def derivative(
     equals SciPy's on the sub-array of the chosen axes.  Unnormalised by default (equals
     ``scipy.ndimage.sobel``/``prewitt``); ``normalized=True`` divides by
     ``sum|deriv| * sum(smooth)`` -- 2 (central), 8 (sobel), 32 (scharr),
-    6 (prewitt) -- so a unit ramp has slope 1.
+    6 (prewitt) -- so a unit ramp has slope 1.  It scales the smoothing weights (Prewitt's
+    become ``1/6`` rounded, so a result can differ from the unnormalised one divided by 6 in
+    the last bit; the powers of two are exact).
 
     Args:
         %(input)s

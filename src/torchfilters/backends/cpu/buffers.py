@@ -73,6 +73,10 @@ _limit = 0  # the limit of the latest allocation (releases trim to it)
 #: free buffers kept at most (varying sizes must not pile up dead buffers)
 _MAX_FREE = 4
 _cache_lock = threading.RLock()  # re-entrant: a finalizer may run inside an allocation
+#: ``busy``: this thread is choosing a buffer.  A call re-entering then -- a finalizer run by the
+#: garbage collector, a signal handler's op, between two bytecodes -- leaves the free list alone
+#: (it could take the buffer being chosen: found by review)
+_tls = threading.local()
 
 
 def _after_fork():  # pragma: no cover - runs in a forked child
@@ -114,6 +118,8 @@ def _release(buf):
     global _in_use
     with _cache_lock:
         _in_use -= buf.nbytes
+        if getattr(_tls, "busy", False):
+            return  # (re-entered: the buffer is dropped, not listed)
         _free_bufs.append(buf)
         if len(_free_bufs) > _MAX_FREE or _limit == 0:
             _trim(_limit)
@@ -122,24 +128,35 @@ def _release(buf):
 def _cached_buffer(nbytes):
     """(uint8 buffer of at least ``nbytes`` bytes, owned by the cache?): a free cached buffer,
     else a new one (cached if the limit allows)."""
-    global _in_use, _limit
     limit = _cache_limit()
     with _cache_lock:
-        _limit = limit
-        _trim(limit)  # the limit may have been lowered since the buffers were cached
-        best = None
-        for b in reversed(_free_bufs):  # the smallest free buffer that fits without wasting half
-            if nbytes <= b.nbytes <= 2 * nbytes and (best is None or b.nbytes < best.nbytes):
-                best = b  # of itself; of equal ones, the most recently released (warmest)
-        if best is not None:
-            del _free_bufs[next(k for k, b in enumerate(_free_bufs) if b is best)]
-        else:
-            _trim(limit - nbytes)  # make room
-            if _in_use + sum(b.nbytes for b in _free_bufs) + nbytes > limit:
-                return np.empty(nbytes, np.uint8), False
-            best = np.empty(nbytes, np.uint8)  # >= 4 MiB: NumPy advises transparent huge pages
-        _in_use += best.nbytes
-        return best, True
+        if getattr(_tls, "busy", False):
+            return np.empty(nbytes, np.uint8), False  # (re-entered: not from the cache)
+        _tls.busy = True
+        try:
+            return _choose(nbytes, limit)
+        finally:
+            _tls.busy = False
+
+
+def _choose(nbytes, limit):
+    """:func:`_cached_buffer`'s choice, under the lock."""
+    global _in_use, _limit
+    _limit = limit
+    _trim(limit)  # the limit may have been lowered since the buffers were cached
+    best = None
+    for b in reversed(_free_bufs):  # the smallest free buffer that fits without wasting half
+        if nbytes <= b.nbytes <= 2 * nbytes and (best is None or b.nbytes < best.nbytes):
+            best = b  # of itself; of equal ones, the most recently released (warmest)
+    if best is not None:
+        del _free_bufs[next(k for k, b in enumerate(_free_bufs) if b is best)]
+    else:
+        _trim(limit - nbytes)  # make room
+        if _in_use + sum(b.nbytes for b in _free_bufs) + nbytes > limit:
+            return np.empty(nbytes, np.uint8), False
+        best = np.empty(nbytes, np.uint8)  # >= 4 MiB: NumPy advises transparent huge pages
+    _in_use += best.nbytes
+    return best, True
 
 
 def _alloc(shape, dtype):

@@ -16,6 +16,8 @@ from .. import _tiered
 _pool = None
 _pool_pid = None
 _pool_lock = threading.Lock()
+#: ``busy``: this thread is inside a parallel launch (its pool's locks may be held)
+_local = threading.local()
 
 
 def _threads():
@@ -53,6 +55,20 @@ def _launch(fn, args, nitems, nthreads, serial):
         return
     if _tiered.in_foreground():  # an auto call, which must not compile (``_tiered``)
         _tiered.check_ready(fn, args + (0, 0))
+    if getattr(_local, "busy", False):
+        # a call made inside this thread's own launch -- a signal handler or a finalizer run
+        # between two of its bytecodes, maybe inside the pool's ``submit`` with its lock held:
+        # it runs in this thread alone (it waited for that lock forever: found by review)
+        fn(*args, 0, nitems)
+        return
+    _local.busy = True
+    try:
+        _launch_parallel(fn, args, nitems, nthreads)
+    finally:
+        _local.busy = False
+
+
+def _launch_parallel(fn, args, nitems, nthreads):
     nchunks = min(nitems, 4 * nthreads)
     counter = itertools.count()
 
