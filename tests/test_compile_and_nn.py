@@ -222,3 +222,14 @@ def test_modules_construct_whatever_the_default_backend(monkeypatch):
         assert isinstance(m, torch.nn.Module)
     with pytest.raises(ValueError):  # (the arguments are still checked)
         tf.nn.GaussianFilter(-1.0)
+
+
+def test_a_tensor_sigma_under_fullgraph_is_named():
+    """A tensor's values are data to Dynamo: under ``fullgraph`` the error names the argument
+    (it named only ``Tensor.tolist``; found by a README walk); without it the call still works."""
+    x = rand(1, 2, 8, 9, seed=6)
+    f = lambda t: tf.gaussian_filter(t, torch.tensor([1.0, 2.0]))  # noqa: E731
+    with pytest.raises(Exception, match="sigma must be Python numbers under torch.compile"):
+        torch.compile(f, fullgraph=True, backend="eager")(x)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(f, backend="eager")(x), tf.gaussian_filter(x, (1.0, 2.0)))

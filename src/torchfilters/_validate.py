@@ -115,6 +115,9 @@ def tensor_values(t: torch.Tensor, name: str):
     error (see :func:`check_has_values`, :func:`check_constant`)."""
     check_has_values(t, name)
     check_constant(t, name)
+    if t.is_floating_point() and torch.compiler.is_compiling():  # (Dynamo's error named only Tensor.tolist)
+        raise TypeError(f"{name} must be Python numbers under torch.compile (a tensor's values are data); got a "
+                        f"tensor: pass {name}.tolist() outside the compiled function")
     return t.detach().cpu().tolist()
 
 
