@@ -683,28 +683,24 @@ def _order_preserving(a, cval, cast_cval=None):
     return _arrays.to_torch(ranks[:-1].reshape(a.shape), np.float64), table, float(ranks[-1])
 
 
-#: SciPy's modes as ``numpy.pad``'s (whose reflections repeat past the axis as SciPy's do)
-_NP_PAD = {"reflect": "symmetric", "grid-mirror": "symmetric", "mirror": "reflect", "nearest": "edge",
-           "wrap": "wrap", "grid-wrap": "wrap", "constant": "constant", "grid-constant": "constant"}
-
-
 def _select_nd(t, footprint, rank, modes, cv, origins):
     """Rank ``rank`` of ``footprint`` (over every axis of ``t``, a CPU tensor of the order-preserving
     values) for a window that reaches along more than three axes: ``numpy.partition`` of the
-    windows of ``t`` extended by each axis's mode -- exact, NaN last as ``numpy.sort`` and the
-    engines order it -- in blocks of the first axis that keep the window copies near 64 MiB."""
-    x = t.cpu().numpy()
+    windows of ``t`` extended as the engines extend it (``reference._pad``: SciPy's folds;
+    ``modes``: axis -> mode of each axis the window reaches along) -- exact, NaN last as
+    ``numpy.sort`` and the engines order it -- in blocks of the first axis that keep the window
+    copies near 64 MiB."""
+    from .backends.reference import _pad
+
+    x = t.cpu()
     for i, n in enumerate(footprint.shape):
         before = n // 2 + origins[i]  # (SciPy's window of output j starts at j - n // 2 - origin)
-        if n > 1 or before:
-            pad = [(0, 0)] * x.ndim
-            pad[i] = (before, n - 1 - before)
-            kw = {"constant_values": cv} if _NP_PAD[modes[i]] == "constant" else {}
-            x = np.pad(x, pad, mode=_NP_PAD[modes[i]], **kw)
-    windows = np.lib.stride_tricks.sliding_window_view(x, footprint.shape)
+        if i in modes:
+            x = _pad(x, i, -before, n - 1 - before, canonical_mode(modes[i]), cv)
+    windows = np.lib.stride_tricks.sliding_window_view(x.numpy(), footprint.shape)
     count = int(footprint.sum())
-    step = max(1, (64 << 20) // max(1, x.itemsize * count * math.prod(t.shape[1:])))
-    out = np.empty(tuple(t.shape), x.dtype)
+    step = max(1, (64 << 20) // max(1, x.element_size() * count * math.prod(t.shape[1:])))
+    out = np.empty(tuple(t.shape), windows.dtype)
     for a in range(0, t.shape[0], step):
         out[a:a + step] = np.partition(windows[a:a + step][..., footprint], rank, axis=-1)[..., rank]
     return torch.from_numpy(out)
@@ -740,7 +736,7 @@ def _rank_run(input, footprint, origins, rank, output, modes, cval, fresh, cast_
         return output
     t, table, cv = _order_preserving(input, cval, cast_cval)
     if len(keep) > 3:  # (the engines filter up to three axes)
-        y = _select_nd(t, footprint, rank, [_check_mode(m) for m in modes], cv, origins)
+        y = _select_nd(t, footprint, rank, dict(zip(keep, md)), cv, origins)
     else:
         fp = footprint.reshape([footprint.shape[i] for i in keep]).tolist()
         y = F.rank_filter(t, rank, footprint=fp, mode=md, cval=cv, origin=[origins[i] for i in keep],

@@ -84,12 +84,11 @@ class _FilterModule(torch.nn.Module):
             axes = values.get("axes")
             k = 2 if axes is None else (len(axes) if isinstance(axes, (list, tuple)) else 1)
             values["footprint"] = _footprint_tuple(values["footprint"], k)
-        for n in names:  # other tensors (a sigma, a cval): Python numbers, constants for torch.compile
+        for n in names:
             v = values[n]
             if isinstance(v, Tensor) and n not in ("weights", "footprint") and v.dtype != torch.bool:
-                values[n] = tensor_values(v, n)
-        for n in names:
-            setattr(self, n, values[n])
+                v = tensor_values(v, n)  # (a sigma, a cval: Python numbers, constants for torch.compile)
+            setattr(self, n, v)
         # validate the arguments now, not at the first batch: on the reference engine, whatever the
         # default backend (``TORCHFILTERS_BACKEND=triton`` runs no CPU tensor: found by review)
         type(self)._fn(self._probe(), **self._call_args(), backend="reference")

@@ -352,6 +352,15 @@ def _nested_floats(obj, depth: int, name: str):
 _AXES_HINT = " (one dimension per filtered axis: axes= chooses them)"
 
 
+def _flat(t):
+    """The numbers of nested tuples (weights, footprints), in order."""
+    if isinstance(t, tuple):
+        for v in t:
+            yield from _flat(v)
+    else:
+        yield t
+
+
 def weights_tuple(weights, ndim: int, name: str = "weights"):
     """Validate filter weights; return nested tuples of floats (``ndim`` levels)."""
     if isinstance(weights, Tensor):

@@ -22,6 +22,7 @@ from ..backends import check_backend
 from ._core import (
     _blur_text,
     _eager_engine,
+    _flat,
     _mergeable,
     _signbit,
     dense_recipe,
@@ -140,10 +141,7 @@ def selective_blur(
         raise ValueError("give at most one of sigma and weights")
     if weights is not None:
         w = weights_tuple(weights, k)
-        flat = w  # (nested tuples flattened in Python, no tensor: torch.compile(fullgraph=True) traces it)
-        for _ in range(k - 1):
-            flat = [v for row in flat for v in row]
-        if normalized and any(v < 0 for v in flat):
+        if normalized and any(v < 0 for v in _flat(w)):  # (no tensor: torch.compile(fullgraph=True) traces it)
             raise ValueError("normalized=True needs non-negative weights (a weighted mean)")
         recipe = dense_recipe(w, lay)
     elif sigma is not None:

@@ -24,6 +24,7 @@ from ..backends import check_backend
 from ._core import (
     Layout,
     _eager_engine,
+    _flat,
     copy_result,
     no_grad_out,
     prep,
@@ -104,14 +105,6 @@ def _window(size, footprint, k: int):
     if not any(_flat(fp)):
         raise ValueError("footprint has no True element: the window would be empty")
     return fp, None
-
-
-def _flat(t):
-    if isinstance(t, tuple):
-        for v in t:
-            yield from _flat(v)
-    else:
-        yield t
 
 
 def _ones(shape):
