@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -353,3 +354,69 @@ def test_choices_match_the_library():
     assert set(cli.OPERATORS) == set(kernels.OPERATORS)
     for mode in cli.MODES:
         torchfilters.gradient_magnitude(torch.zeros(3, 3), mode=mode)
+
+
+#: runs the console script's launcher in a child whose import of torch raises KeyboardInterrupt
+#: (a Ctrl-C during the 1-2 s of start-up, deterministically), signals as at a terminal
+_INTERRUPTED_IMPORT = """
+import importlib.abc, os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
+class Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, Finder())
+import _torchfilters_cli
+sys.exit(_torchfilters_cli.main())
+"""
+
+
+def test_ctrl_c_during_start_up_is_one_line_and_status_130():
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPTED_IMPORT, "edges"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == "torchfilters: interrupted\n"
+
+
+def test_an_interrupted_run_ends_at_once(monkeypatch):
+    """The launcher ends a run that returned 130 / 143 with ``os._exit`` (not after a kernel that
+    a background thread is compiling); other statuses go back to ``sys.exit``."""
+    import _torchfilters_cli
+
+    from torchfilters.cli import app
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(status):
+        raise Exited(status)
+
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    for status in (130, 143):
+        monkeypatch.setattr(app, "main", lambda status=status: status)
+        with pytest.raises(Exited) as exc:
+            _torchfilters_cli.main()
+        assert exc.value.args == (status,)
+    monkeypatch.setattr(app, "main", lambda: 1)
+    assert _torchfilters_cli.main() == 1
+
+
+@pytest.mark.parametrize("stdout, status, err", [("closed pipe", 141, ""),
+                                                 ("/dev/full", 1, "torchfilters: error: stdout: No space left on device\n")])
+def test_version_to_a_closed_pipe_or_a_full_disk(stdout, status, err):
+    if stdout == "/dev/full" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    if stdout == "closed pipe":
+        r, w = os.pipe()
+        os.close(r)
+    else:
+        w = os.open("/dev/full", os.O_WRONLY)
+    try:
+        proc = subprocess.run([sys.executable, "-c", "import sys, _torchfilters_cli; sys.exit(_torchfilters_cli.main())",
+                               "--version"], stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert (proc.returncode, proc.stderr) == (status, err)

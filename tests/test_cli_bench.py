@@ -103,7 +103,15 @@ def test_backward_times_autograd_rows_only(tmp_path):
 
 @pytest.mark.parametrize("argv, where", [
     (["--op", "bilateral_filter"], "argument --op: unknown op 'bilateral_filter'"),
-    (["--shape", "0,3"], "argument --shape: every size must be positive"),
+    (["--shape", "0,3"], "argument --shape: every size must be 1 to 2**63-1"),
+    (["--shape", "99999999999999999999999,2"], "argument --shape: every size must be 1 to 2**63-1"),
+    (["--shape", "100000,100000,100000"], "argument --shape: cannot make an input of shape"),
+    (["--min-time", "nan"], "argument --min-time: must be finite"),
+    (["--min-time", "inf"], "argument --min-time: must be finite"),
+    (["--min-time", "0"], "argument --min-time: must be > 0"),
+    (["--quick"], "argument --quick: not allowed with argument --min-time"),
+    (["--threads", "100000"], "argument --threads: must be 1 to"),
+    (["--seed", str(2**64)], "argument --seed: must be 0 to 2**64-1"),
     (["--shape", "2,x"], "argument --shape"),
     (["--op", "gaussian_filter", "--sigma", "-1"], "argument --sigma"),
     (["--op", "gaussian_filter", "--frobnicate", "1"], "unrecognized arguments: --frobnicate"),
@@ -165,3 +173,44 @@ def test_max_rel_error_scale_and_nans():
     assert alt.max_rel_error(np.array([1.0, 101.0, np.nan]), w) == pytest.approx(0.01)
     assert alt.max_rel_error(np.array([1.0, 100.0, 0.0]), w) == float("inf")
     assert alt.max_rel_error(np.zeros(2), w) == float("inf")  # shapes differ
+
+
+@pytest.mark.parametrize("op, opts", [("median_filter", []), ("rank_filter", ["--size", "3"]),
+                                      ("percentile_filter", ["--footprint", "1,0,1;0,1,0;1,0,1"])])
+def test_rank_filters_get_a_window_and_scipy_is_their_alternative(tmp_path, op, opts):
+    res = _bench(tmp_path, "--op", op, *opts)
+    assert res["kwargs"].get("size") == (5 if not opts else 3 if op == "rank_filter" else None)
+    rows = _rows(res)
+    scipy_row = rows[f"SciPy ndimage.{op}(axes=(-2, -1))"]
+    assert scipy_row["status"] == "ok" and scipy_row["max_rel_error"] == 0.0 and scipy_row["seconds"] > 0
+    assert rows["plain torch: index padding + grouped F.conv2d"]["status"] == "n/a"
+
+
+class _ClosedPipe:
+    """A stdout whose reader went away."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        pass
+
+
+def test_a_closed_stdout_still_writes_the_json(tmp_path, monkeypatch):
+    path = tmp_path / "b.json"
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert cli.main(["bench", *FAST, "--json", str(path)]) == 128 + 13  # SIGPIPE's status, quietly
+    assert json.loads(path.read_text())["rows"]
+
+
+def test_sigterm_while_the_json_is_written_is_status_143(tmp_path, monkeypatch, capsys):
+    from torchfilters.cli import outputs
+    from torchfilters.cli.common import Terminated
+
+    def terminated(path, write):
+        raise Terminated(15)
+
+    monkeypatch.setattr(outputs, "write_atomic", terminated)
+    assert cli.main(["bench", *FAST, "--json", str(tmp_path / "b.json")]) == 143
+    assert capsys.readouterr().err.strip().endswith("torchfilters: terminated (SIGTERM)")
+    assert not list(tmp_path.iterdir())

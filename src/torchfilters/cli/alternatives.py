@@ -17,6 +17,10 @@ from typing import Any, Callable
 import numpy as np
 
 
+#: the rank filters: SciPy's functions are their only alternative here
+RANK_OPS = ("median_filter", "minimum_filter", "maximum_filter", "rank_filter", "percentile_filter")
+
+
 class Unsupported(Exception):
     """This library cannot compute this call (the message says why)."""
 
@@ -171,6 +175,12 @@ def recipe(op: str, kw: dict, ndim: int) -> Recipe:
             sig = _pair(sigma, "sigma")
             r.terms = [("sep", _gauss(sig[0], 0, trunc, None), _gauss(sig[1], 0, trunc, None))]
         r.select = float(kw.pop("threshold", 0.0))
+    elif op in RANK_OPS:  # no correlation: SciPy's own function only
+        window = {k: kw.pop(k) for k in ("rank", "percentile", "size", "origin") if k in kw}
+        footprint = kw.pop("footprint", None)
+        if footprint is not None:
+            window["footprint"] = np.asarray(footprint, bool)
+        r.scipy = (f"SciPy ndimage.{op}(axes=(-2, -1))", _scipy_call(op, mode=r.mode, cval=r.cval, **window))
     else:
         raise Unsupported(f"no plain recipe is known for {op}")
     leftover = {k: v for k, v in kw.items() if v not in (None, 0, False)}
@@ -237,6 +247,12 @@ def _combine(xp: Any, r: Recipe, parts: list, x: Any) -> Any:
     return y
 
 
+def _correlations(r: Recipe) -> None:
+    """Raise :class:`Unsupported` for a recipe that is not made of correlations (a rank filter)."""
+    if not r.terms:
+        raise Unsupported("a rank filter (this library runs correlations)")
+
+
 def _np_input(x: Any) -> np.ndarray:
     import torch
 
@@ -278,6 +294,7 @@ _CV_BORDER = {"reflect": "BORDER_REFLECT", "mirror": "BORDER_REFLECT_101", "near
 
 
 def _opencv(r: Recipe, x: Any, backward: bool) -> Callable[[], Any]:
+    _correlations(r)
     import cv2
     import torch
 
@@ -356,6 +373,7 @@ def _as_bchw(t: Any) -> Any:
 
 
 def _torch_conv(r: Recipe, x: Any, backward: bool) -> Callable[[], Any]:
+    _correlations(r)
     import torch
     import torch.nn.functional as F
 
@@ -389,6 +407,7 @@ _KORNIA_BORDER = {"mirror": "reflect", "nearest": "replicate", "wrap": "circular
 
 
 def _kornia(r: Recipe, x: Any, backward: bool) -> Callable[[], Any]:
+    _correlations(r)
     import kornia
     import torch
 

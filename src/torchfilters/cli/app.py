@@ -8,11 +8,12 @@ only when the command line names ``filter``.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any, Sequence
 
 from . import ops as _ops
-from .common import DEFAULT_OUT, FORMATS, PROG, Parser, MissingDependency, error
+from .common import DEFAULT_OUT, FORMATS, PROG, Parser, MissingDependency, Terminated, error, stdout_failed
 from .inputs import SAMPLE_IMAGES
 
 WARMUP_DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -97,7 +98,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
-        print(f"{parser.prog} {_version()}")
+        print(f"{parser.prog} {_version()}", flush=True)  # (a closed pipe raises here: ``main``)
         parser.exit()
 
 
@@ -299,15 +300,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     0 for help and version).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = _command(argv)
-    parser = build_parser(command)
-    if command == "bench":  # the op's own options follow --op: bench parses them with the op's parser
-        args, args.extra = parser.parse_known_args(argv)
-    else:
-        args, extra = parser.parse_known_args(argv)
-        if extra:  # the usage of the (sub)command the user typed, not the top level's
-            _leaf(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        command = _command(argv)
+        parser = build_parser(command)
+        if command == "bench":  # the op's own options follow --op: bench parses them with the op's parser
+            args, args.extra = parser.parse_known_args(argv)
+        else:
+            args, extra = parser.parse_known_args(argv)
+            if extra:  # the usage of the (sub)command the user typed, not the top level's
+                _leaf(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
         return _run(args)
     except MissingDependency as exc:
         error(str(exc))
@@ -315,3 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except Terminated:  # (raised only where a command asked for it: ``outputs.signals_raise``)
+        print(f"{PROG}: terminated (SIGTERM)", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    except BrokenPipeError as exc:  # the reader of stdout went away (``| head``)
+        return stdout_failed(exc)
+

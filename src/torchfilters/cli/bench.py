@@ -21,12 +21,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .common import PROG, InputError, MissingDependency, Parser, describe, error, int_list, progress_bar, require
+from .common import (
+    PROG, InputError, MissingDependency, Parser, describe, error, int_list, positive_float, progress_bar, require, stdout_failed,
+)
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 #: values ``bench`` gives parameters that have no default (and the default kernels)
-BENCH_DEFAULTS = {"sigma": 2.0, "size": 5, "weights": None}
+#: the most threads per core that --threads takes
+_MAX_THREADS_PER_CORE = 4
+BENCH_DEFAULTS = {"sigma": 2.0, "size": 5, "weights": None, "rank": 0, "percentile": 50.0}
 
 _DESCRIPTION = """\
 Time one op of torchfilters on your own shape, in this process, against the
@@ -42,7 +46,9 @@ write of the output, twice that with --backward, over the time), the ratio to
 the floor and torchfilters' speed-up over each row. The op's own options
 follow --op (those of 'torchfilters filter OP --help'), e.g.
   torchfilters bench --op gaussian_filter --sigma 3 --mode nearest
-Parameters without a default get sigma=2, size=5, a 3x3 binomial kernel.
+Parameters without a default get sigma=2, size=5 (also for the rank filters
+when neither --size nor --footprint is given), rank=0, percentile=50 and a 3x3
+binomial kernel.
 
 The default shape (400 MB of float32) takes minutes on a small machine: the
 slowest alternatives need seconds per call. --quick or a smaller --shape is
@@ -70,15 +76,18 @@ def add_parser(sub: Any, make: Callable, build: bool = True) -> argparse.Argumen
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="(default: %(default)s)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: %(default)s)")
     p.add_argument("--backward", action="store_true", help="time forward + backward (autograd rows only)")
-    p.add_argument("--min-time", type=float, default=1.0, metavar="S",
-                   help="seconds of measurement per row, at least one call (default: %(default)s)")
-    p.add_argument("--quick", action="store_true",
-                   help="--min-time 0.1: rougher figures, sooner (the slowest rows still run a few calls)")
+    timing = p.add_mutually_exclusive_group()
+    timing.add_argument("--min-time", type=positive_float, default=1.0, metavar="S",
+                        help="seconds of measurement per row, at least one call (default: %(default)s)")
+    timing.add_argument("--quick", action="store_true",
+                        help="--min-time 0.1: rougher figures, sooner (the slowest rows still run a few calls)")
     p.add_argument("--plot", metavar="FILE.png", help="write a bar chart (needs matplotlib)")
     p.add_argument("--json", metavar="FILE.json", help="write the results as JSON")
     p.add_argument("--threads", type=int, metavar="N",
-                   help="torch.set_num_threads(N) for every row (default: torch's, one per core)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: %(default)s)")
+                   help=f"torch.set_num_threads(N) for every row, 1 to {_MAX_THREADS_PER_CORE} per core "
+                   "(default: torch's, one per core)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random input, 0 to 2**64-1 (default: %(default)s)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     return p
 
@@ -194,6 +203,9 @@ def run(args: argparse.Namespace, extra: list | None = None) -> int:
     names = _ops.add_op_options(opp, fn, defaults=defaults, required=False)
     opts = opp.parse_args(extra or [])
     kwargs = _ops.op_kwargs(opts, names)
+    if "footprint" in sig and "size" in sig and sig["size"].default is None and kwargs.get("size") is None \
+            and kwargs.get("footprint") is None:
+        kwargs["size"] = BENCH_DEFAULTS["size"]  # (the rank filters: a window is required)
     kwargs = {k: v for k, v in kwargs.items() if not (k in sig and sig[k].default is not inspect.Parameter.empty
                                                       and _same(v, sig[k].default))}
     if args.quick:
@@ -205,20 +217,27 @@ def run(args: argparse.Namespace, extra: list | None = None) -> int:
             error(f"--plot: {exc}")
             return 1
     if args.threads is not None:
-        if args.threads < 1:
-            parser.error(f"argument --threads: must be >= 1, got {args.threads}")
+        most = _MAX_THREADS_PER_CORE * (os.cpu_count() or 1)
+        if not 1 <= args.threads <= most:  # (thousands of threads crash torch's thread pools)
+            parser.error(f"argument --threads: must be 1 to {most} ({_MAX_THREADS_PER_CORE} per core), "
+                         f"got {args.threads}")
         torch.set_num_threads(args.threads)
+    if not 0 <= args.seed < 2**64:
+        parser.error(f"argument --seed: must be 0 to 2**64-1, got {args.seed}")
     dtype = getattr(torch, args.dtype)
     try:
         device = torch.device(args.device)
         torch.empty(0, device=device)
     except Exception as exc:
         parser.error(f"argument --device: {args.device!r} is not usable ({describe(exc)})")
-    if any(n <= 0 for n in args.shape):
-        parser.error(f"argument --shape: every size must be positive, got {args.shape}")
+    if any(not 0 < n < 2**63 for n in args.shape):
+        parser.error(f"argument --shape: every size must be 1 to 2**63-1, got {args.shape}")
     info = machine()  # before the runs: its load average is the one at the start
     gen = torch.Generator().manual_seed(args.seed)
-    x = torch.randn(args.shape, generator=gen, dtype=torch.float32).to(dtype=dtype, device=device)
+    try:
+        x = torch.randn(args.shape, generator=gen, dtype=torch.float32).to(dtype=dtype, device=device)
+    except (RuntimeError, MemoryError, OverflowError) as exc:  # (too large: torch's allocator or its int64 sizes)
+        parser.error(f"argument --shape: cannot make an input of shape {args.shape} ({describe(exc)})")
     call_kw = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
     try:
         with torch.no_grad():
@@ -318,15 +337,19 @@ def run(args: argparse.Namespace, extra: list | None = None) -> int:
                   bytes=nbytes, title=title, machine=info,
                   gpu=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
                   versions=versions(used), not_installed=missing, rows=[asdict(r) for r in rows])
-    print(render_table(result))
     status = 0
+    try:
+        print(render_table(result), flush=True)
+    except OSError as exc:  # stdout closed (``| head``) or full: the files are written all the same
+        status = stdout_failed(exc)
     if args.json:
-        status |= _write(Path(args.json), lambda f: f.write(json.dumps(result, indent=2, default=str).encode() + b"\n"))
+        status = _write(Path(args.json), lambda f: f.write(json.dumps(result, indent=2, default=str).encode() + b"\n")) \
+            or status
     if args.plot:
         from .plot import figure_writer
 
         try:
-            status |= _write(Path(args.plot), figure_writer(result))
+            status = _write(Path(args.plot), figure_writer(result)) or status
         except MissingDependency as exc:
             error(f"--plot: {exc}")
             status = 1

@@ -68,6 +68,25 @@ def describe(exc: BaseException, limit: int = 200) -> str:
     return first
 
 
+def stdout_failed(exc: OSError) -> int:
+    """The exit status after writing to stdout raised ``exc``, with stdout pointed at the null
+    device (so that the interpreter's last flush raises nothing): a closed pipe (``| head``) ends
+    quietly with SIGPIPE's status, as ``cat`` does; another failure (a full disk) is an error."""
+    import os
+    import signal
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # (stdout replaced by an object without a descriptor)
+        pass
+    if isinstance(exc, BrokenPipeError):
+        return 128 + getattr(signal, "SIGPIPE", 13)
+    error(f"stdout: {describe(exc)}")
+    return 1
+
+
 def error(message: str, bar: Any = None) -> None:
     """Print ``torchfilters: error: MESSAGE`` on one line of stderr (through the progress bar
     when there is one, so that the bar is redrawn below it)."""
@@ -112,6 +131,14 @@ def finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite float > 0."""
+    value = finite_float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
     return value
 
 
