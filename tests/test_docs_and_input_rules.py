@@ -136,6 +136,22 @@ def test_nn_modules_fill_from_the_same_source(cls):
     assert "float16, bfloat16" in " ".join(fwd.split()) and "Returns:" in fwd and "``out``" not in fwd.split("Returns:")[1]
 
 
+def test_nn_forward_docs_say_what_each_module_returns_and_takes():
+    """The forward of every module shares one template; Gradient's and Canny's say their own
+    shape, dtype, input rules and mask (found by a review: Canny's said float, axes and a blur mask)."""
+    grad = " ".join(inspect.getdoc(tf.nn.Gradient.forward).split("Returns:")[1].split())
+    assert grad.startswith("A ``(..., 2, H, W)`` tensor")
+    canny = inspect.getdoc(tf.nn.Canny.forward)
+    ret = " ".join(canny.split("Returns:")[1].split())
+    assert ret.startswith("A bool tensor") and "dtype" not in ret
+    args = " ".join(canny.split("Returns:")[0].split())
+    assert "img_as_float" in args and "int64 and uint64 ``ValueError``" in args and "axes" not in args
+    assert "non-zero" in args and "to blur" not in args
+    assert "in the input's own range" in " ".join(inspect.getdoc(tf.nn.Canny).split())
+    blur = " ".join(inspect.getdoc(tf.selective_blur).split())
+    assert "one dimension per axis of ``axes``" in blur and "2-D and centred" not in blur
+
+
 def test_fill_indents_like_the_placeholder_and_refuses_unknown_names():
     doc = "Summary.\n\n    Args:\n        %(cval)s\n        x: y.\n\n    %(matches)s\n"
     out = _docs.fill(doc, scipy="scipy.ndimage.f(x)")

@@ -225,9 +225,11 @@ mask: optional bool tensor broadcastable to ``input``, on its device (a
     carries no gradient."""
 
 _blur_weights = """\
-weights: the blur kernel, 2-D and centred (a real tensor, NumPy array or
-    nested sequence; read once, as constants, as in
-    :func:`torchfilters.correlate`); non-negative with
+weights: the blur kernel, one dimension per axis of ``axes`` (``(kh, kw)``
+    for the default axes), placed as :func:`torchfilters.correlate` places
+    it (SciPy's rule: a size ``k`` spans offsets ``-(k // 2) .. (k - 1) // 2``,
+    so an even kernel reaches one further back than forward); a real tensor,
+    NumPy array or nested sequence, read once, as constants; non-negative with
     ``normalized=True``.  At most one of ``sigma`` and ``weights``;
     neither gives the 3x3 binomial ``[1, 2, 1]^T [1, 2, 1] / 16``."""
 

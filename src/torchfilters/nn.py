@@ -25,6 +25,7 @@ from . import functional as F
 from ._docs import fill
 from ._validate import tensor_values
 from .functional._core import weights_tuple
+from .functional.canny import _CANNY_INPUT, _CANNY_MASK
 from .functional.rank import _footprint_tuple
 
 __all__ = [
@@ -132,17 +133,22 @@ Returns:
 """
 
 
-def _module(cls_name, fn, params, docs, example="", mask=False):
+def _module(cls_name, fn, params, docs, example="", mask=False, forward_docs=None):
+    """A module class running ``fn``; ``forward_docs``: paragraphs of ``forward``'s docstring that
+    differ from the common ones (``input``, ``mask``, ``returns``)."""
+    forward_docs = dict(forward_docs or {})
+    if cls_name == "Gradient":
+        forward_docs.setdefault("out_shape", "A ``(..., 2, H, W)``")
     if mask:
         def forward(self, input: Tensor, mask: Optional[Tensor] = None) -> Tensor:
             return type(self)._fn(input, mask=mask, **self._call_args())
 
-        forward.__doc__ = fill(_FORWARD, args="%(input)s\n%(mask)s", out_note="")
+        forward.__doc__ = fill(_FORWARD, args="%(input)s\n%(mask)s", out_note="", **forward_docs)
     else:
         def forward(self, input: Tensor) -> Tensor:
             return type(self)._fn(input, **self._call_args())
 
-        forward.__doc__ = fill(_FORWARD, args="%(input)s", out_note="")
+        forward.__doc__ = fill(_FORWARD, args="%(input)s", out_note="", **forward_docs)
     cls = type(cls_name, (_FilterModule,), {"_fn": staticmethod(fn), "_params": tuple(params), "forward": forward})
     cls.__module__ = __name__
     cls.__qualname__ = cls_name
@@ -218,7 +224,9 @@ Canny = _module(
     "Canny", F.canny,
     (("sigma", 1.0), ("low_threshold", None), ("high_threshold", None), ("use_quantiles", False),
      ("mode", "constant"), ("cval", 0.0)),
-    ("sigma", "mode", "cval"), "sigma=2.0", mask=True)
+    ("sigma", "mode", "cval"), "sigma=2.0", mask=True,
+    forward_docs=dict(input=_CANNY_INPUT, mask=_CANNY_MASK,
+                      returns="A bool tensor shaped ``(..., H, W)`` on ``input``'s device: True on edges."))
 Canny.__doc__ = fill("""Module form of :func:`torchfilters.canny`: ``(..., H, W)`` -> bool ``(..., H, W)``.
 
 ``forward(input, mask=None)`` returns ``torchfilters.canny(input, ..., mask=mask)`` with this
@@ -227,9 +235,9 @@ module's arguments (the default engine).  No parameters and no gradient: edges a
 Args:
     sigma: the Gaussian's standard deviation in pixels (a number or ``(sigma_y, sigma_x)``).
         Default 1.0.
-    low_threshold: the hysteresis' low bound, in the converted image's units (or a quantile);
-        None: 0.1.
-    high_threshold: the high bound; None: 0.2.
+    low_threshold: the hysteresis' low bound, in the input's own range (0..255 for a ``uint8``
+        image), or a quantile; None: 0.1 of the converted ``[0, 1]`` range.
+    high_threshold: the high bound, likewise; None: 0.2.
     use_quantiles: thresholds as per-slice quantiles of the gradient magnitude.  Default False.
     %(mode)s
         Default ``'constant'``.

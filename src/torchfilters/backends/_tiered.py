@@ -40,6 +40,7 @@ import contextlib
 import contextvars
 import importlib
 import os
+import sys
 import threading
 
 import torch
@@ -92,7 +93,7 @@ def _mode() -> str:
 
 def background() -> bool:
     """Do ``auto`` calls on CPU tensors leave compiling to the background thread?"""
-    return _mode() == "background" and not _WAIT.get() and not torch.are_deterministic_algorithms_enabled()
+    return not _WAIT.get() and _mode() == "background" and not torch.are_deterministic_algorithms_enabled()
 
 
 @contextlib.contextmanager
@@ -538,17 +539,38 @@ def guard_compile(dispatcher_class) -> None:
     dispatcher_class._compile_for_args = _compile_for_args
 
 
+def _numba_lock():
+    """numba's compiler lock (re-entrant) when numba is loaded, else None."""
+    mod = sys.modules.get("numba.core.compiler_lock")
+    return getattr(mod, "global_compiler_lock", None)
+
+
 def _before_fork() -> None:
+    """A fork waits for the background job in hand (``_busy``) and for any other thread's numba
+    compile (its compiler lock): a child that inherited the lock held would hang at its first
+    compile."""
     _busy.acquire()
+    lock = _numba_lock()
+    if lock is not None:
+        lock.acquire()
+
+
+def _release_numba_lock() -> None:
+    lock = _numba_lock()
+    if lock is not None and lock.is_locked():
+        lock.release()
 
 
 def _after_fork_parent() -> None:
+    _release_numba_lock()
     _busy.release()
 
 
 def _after_fork_child() -> None:
-    """A child has no background thread: start afresh (its ``_busy`` was taken before the fork)."""
+    """A child has no background thread: start afresh (its ``_busy`` was taken before the fork,
+    numba's compiler lock too, by this thread: released)."""
     global _cond, _busy, _thread, _stopping, _hooked
+    _release_numba_lock()
     _cond = threading.Condition()
     _busy = threading.Lock()
     _pending.clear()

@@ -222,8 +222,14 @@ def _warmup(args: argparse.Namespace) -> int:
 
     from torchfilters import backends
 
+    try:
+        backends._tiered._mode()  # (a bad TORCHFILTERS_COMPILE: one line, as the other commands give)
+    except ValueError as exc:
+        error(str(exc))
+        return 1
     if backends.get("cpu") is None:
-        error("the CPU engine cannot be imported (is numba installed?); nothing to compile")
+        err = backends._import_errors.get("cpu")
+        error(f"the CPU engine cannot be imported ({err or 'is numba installed?'}); nothing to compile")
         return 1
     from torchfilters.backends.cpu import warmup as wu
 

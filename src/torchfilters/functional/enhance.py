@@ -39,9 +39,10 @@ def unsharp_mask(
 
     Computed as ``(1 + amount) * x - amount * gaussian_filter(x, sigma)``, which equals the
     definition up to rounding.  scikit-image's ``unsharp_mask(x, radius=sigma, amount=amount,
-    preserve_range=True)`` on float input, with the same default ``mode='reflect'``; unlike it the
-    result is not clipped, and integer input is promoted to float32 (as everywhere in
-    torchfilters), not rescaled to ``[0, 1]``.  Differentiable.
+    preserve_range=True)`` on float input (which does not clip either); its ``mode='reflect'`` is
+    fixed in its code, here it is the default of ``mode``.  Integer input is promoted to float32
+    (as everywhere in torchfilters), not rescaled to ``[0, 1]`` as scikit-image does without
+    ``preserve_range``.  Differentiable.
 
     Args:
         %(input)s

@@ -26,7 +26,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from numba.core import config as _numba_config
 from numba.core.dispatcher import Dispatcher
+
+if _numba_config.DISABLE_JIT:  # (the kernels take raw pointers: they have no pure-Python form)
+    _e = ImportError("NUMBA_DISABLE_JIT is set: the CPU engine's kernels need numba's compiler")
+    _e.fix = "unset NUMBA_DISABLE_JIT"
+    raise _e
 
 from ..._spec import BlurSpec, FilterSpec
 from types import SimpleNamespace

@@ -36,15 +36,17 @@ import contextlib
 import functools
 import hashlib
 import os
+import pickle
 import threading
 import time
+import warnings
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - not POSIX: numba's unlocked index
     fcntl = None
 
-from numba.core import caching
+from numba.core import caching, config
 from numba.core.dispatcher import Dispatcher
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -71,7 +73,9 @@ def _ours(py_file) -> bool:
 
 
 class _PackageStamp:
-    """Locator mixin: the package-wide stamp instead of the one file's."""
+    """Locator mixin: the package-wide stamp instead of the one file's; a folder found writable
+    when the locator was chosen that fails later (a full disk) only fails the save, quietly
+    (``_Locked.save``), not the call that compiled."""
 
     def get_source_stamp(self):
         return source_stamp()
@@ -80,11 +84,30 @@ class _PackageStamp:
     def from_function(cls, py_func, py_file):
         if not _ours(py_file):
             return None
-        return super().from_function(py_func, py_file)
+        loc = super().from_function(py_func, py_file)
+        if loc is not None:
+            loc._chosen = True
+        return loc
+
+    def ensure_cache_path(self):
+        try:
+            super().ensure_cache_path()
+        except OSError:
+            if not getattr(self, "_chosen", False):  # (the writability check of ``from_function``)
+                raise
+
+
+@functools.lru_cache(maxsize=None)
+def _absolute(path: str) -> str:
+    """``path`` made absolute against the working directory of its first use (numba joins a
+    relative ``NUMBA_CACHE_DIR`` to the working directory of each kernel's first use)."""
+    return os.path.abspath(path)
 
 
 class UserProvidedLocator(_PackageStamp, _numba("UserProvidedCacheLocator")):
-    pass
+    def __init__(self, py_func, py_file):
+        super().__init__(py_func, py_file)
+        self._cache_path = os.path.join(_absolute(config.CACHE_DIR), self.get_suitable_cache_subpath(py_file))
 
 
 class InTreeLocator(_PackageStamp, _numba("InTreeCacheLocator")):
@@ -95,7 +118,35 @@ class UserWideLocator(_PackageStamp, _numba("UserWideCacheLocator")):
     pass
 
 
-_LOCATORS = (UserProvidedLocator, InTreeLocator, UserWideLocator)
+class NowhereLocator(UserWideLocator):
+    """The last resort, where no folder is writable (a read-only file system and home): the
+    per-user path, which need not exist.  Loads find nothing there (but what ``torchfilters
+    warmup`` left in the package's own folder: ``_Locked``) and saves fail quietly, so the engine
+    runs, compiling what it misses in every process; :func:`cache_dir` is None."""
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if not _ours(py_file):
+            return None
+        loc = cls(py_func, py_file)
+        loc._chosen = True
+        return loc
+
+
+_LOCATORS = (UserProvidedLocator, InTreeLocator, UserWideLocator, NowhereLocator)
+#: the package's own cache folder: where ``torchfilters warmup`` at an image's build puts the
+#: kernels; read from when the process caches elsewhere (the folder is read-only now)
+_IN_TREE = os.path.join(_PKG_DIR, "__pycache__")
+#: what a cache file that cannot be read raises (truncated, garbage, from another numba)
+_UNREADABLE = (EOFError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+               ImportError, OSError)
+_warned: set = set()
+
+
+def _warn_once(what: str, message: str) -> None:
+    if what not in _warned:
+        _warned.add(what)
+        warnings.warn(f"torchfilters: {message}", RuntimeWarning, stacklevel=3)
 
 
 class _Locked(caching.IndexDataCacheFile):
@@ -120,12 +171,54 @@ class _Locked(caching.IndexDataCacheFile):
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def save(self, key, data):
-        with self._lock(fcntl.LOCK_EX if fcntl else 0):
-            super().save(key, data)
+        """numba's save; a save that fails (a full disk, a folder made read-only) is a warning,
+        and the kernel is compiled again in the next process."""
+        try:
+            with self._lock(fcntl.LOCK_EX if fcntl else 0):
+                super().save(key, data)
+        except OSError as exc:
+            folder = os.path.dirname(self._index_path)
+            _warn_once(folder, f"could not save a compiled kernel in {folder} ({exc.strerror or exc}); "
+                               "later processes compile it again")
+
+    def _load_index(self):
+        """numba's index; one that cannot be read is empty (a miss: the kernel is compiled and the
+        index written anew), with a warning."""
+        try:
+            return super()._load_index()
+        except _UNREADABLE as exc:
+            _warn_once(self._index_path, f"ignoring an unreadable kernel cache index {self._index_path} "
+                                         f"({type(exc).__name__}); it is written anew")
+            return {}
+
+    def _load_data(self, name):
+        """numba's data file; one that cannot be read is a miss (None), with a warning."""
+        try:
+            return super()._load_data(name)
+        except _UNREADABLE as exc:
+            path = self._data_path(name)
+            _warn_once(path, f"ignoring an unreadable kernel cache file {path} ({type(exc).__name__}); "
+                             "it is written anew")
+            return None
+
+    def _in_tree(self, key):
+        """``key`` from the package's own cache folder, when this process caches in the per-user
+        folder because that one is read-only (an install that ``torchfilters warmup`` filled when
+        it was built), else None; never under ``NUMBA_CACHE_DIR`` (the cache asked for)."""
+        here = os.path.dirname(self._index_path)
+        if config.CACHE_DIR or os.path.abspath(here) == _IN_TREE or not os.path.isdir(_IN_TREE):
+            return None
+        other = _Locked.__new__(_Locked)
+        other.__dict__.update(self.__dict__)
+        other._index_path = os.path.join(_IN_TREE, os.path.basename(self._index_path))
+        other._cache_path = _IN_TREE
+        return super(_Locked, other).load(key)  # (numba's load: no lock, no compile lock)
 
     def load(self, key):
         with self._lock(fcntl.LOCK_SH if fcntl else 0):
             data = super().load(key)
+        if data is None and self._source_stamp == source_stamp():
+            data = self._in_tree(key)
         if data is not None or fcntl is None or self._source_stamp != source_stamp():
             return data
         if getattr(_held, "f", None) is not None:  # (inside this thread's compile of another kernel)
@@ -155,19 +248,23 @@ class _Locked(caching.IndexDataCacheFile):
 #: the compile lock a thread holds (``_Locked.load``)
 _held = threading.local()
 #: the longest a process waits for another's compile of a kernel before compiling it itself
-COMPILE_WAIT = 600.0
+#: (a kernel compiles in 1-20 s on a quiet machine, several times that under load)
+COMPILE_WAIT = 180.0
 
 
 def _wait_for(f) -> bool:
     """Take ``f``'s exclusive lock (another process compiling that kernel: wait for its save),
-    giving up after :data:`COMPILE_WAIT` seconds (a process stopped in its compile)."""
+    giving up after :data:`COMPILE_WAIT` seconds (a process stopped in its compile: Ctrl-Z, a
+    debugger), or at once once the main thread has ended (the interpreter's exit waits for the
+    background compile: it compiles here rather than wait on another process)."""
     deadline = time.monotonic() + COMPILE_WAIT
+    main = threading.main_thread()
     while True:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or not main.is_alive():
                 return False
             time.sleep(0.02)
 
@@ -215,7 +312,7 @@ def cache_dir() -> str | None:
         pass
 
     f.__code__ = f.__code__.replace(co_filename=probe)
-    for cls in _LOCATORS:
+    for cls in _LOCATORS[:-1]:  # (not the last resort: nowhere)
         loc = cls.from_function(f, probe)
         if loc is not None:
             return loc.get_cache_path()

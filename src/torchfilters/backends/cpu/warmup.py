@@ -76,6 +76,14 @@ def _calls(dtype: torch.dtype) -> Iterator[tuple[str, Callable[[], object]]]:
                     if mode != "constant":
                         yield f"{name} {op} {mode} (streaming)", streamed(lambda t, fn=fn, kw=kw1: fn(t, **kw))
         yield f"correlate {mode}", fwd_bwd(lambda t, m=mode: tf.correlate(t, [[1.0, 2.0], [3.0, 4.0]], mode=m))
+        # the direct path's other forms: a sum of two stencils, and one 3-tap pass of each kind
+        yield f"laplace {mode}", fwd_bwd(lambda t, m=mode: tf.laplace(t, mode=m))
+        if mode != "constant":
+            yield f"laplace {mode} (streaming)", streamed(lambda t, m=mode: tf.laplace(t, mode=m))
+        for taps in ((1.0, -2.0, 0.5), (1.0, 2.0, 1.0), (1.0, 0.0, -1.0)):  # general, symmetric, antisymmetric
+            for axis in (-1, -2):
+                yield f"correlate1d {taps} axis={axis} {mode}", fwd_bwd(
+                    lambda t, w=taps, a=axis, m=mode: tf.correlate1d(t, w, axis=a, mode=m))
         yield f"gaussian_filter {mode}", fwd_bwd(lambda t, m=mode: tf.gaussian_filter(t, 1.0, mode=m))
         for nz in (False, True):
             yield f"selective_blur {mode} normalized={nz}", fwd_bwd(
