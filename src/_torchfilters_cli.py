@@ -1,43 +1,61 @@
-"""The ``torchfilters`` console script: :func:`torchfilters.cli.main`, with Ctrl-C handled from
-its first instruction.
+"""The ``torchfilters`` console script (and ``python -m torchfilters``): :func:`torchfilters.cli.main`,
+with Ctrl-C handled from its first instruction.
 
 It lives outside the ``torchfilters`` package because importing anything in the package imports
-the library, and with it torch (1-2 s): a Ctrl-C then would end in a traceback.  An interrupted
-run (status 130 or 143) ends at once, not after a kernel that a background thread is compiling
-(seconds): its outputs are written all or nothing, and the kernel cache's locks are ``flock``
-locks, which the operating system releases.
+the library, and with it torch (1-2 s): a Ctrl-C then would end in a traceback.  (``python -m
+torchfilters`` imports the package before this module, so there a Ctrl-C in that second still
+does.)  An interrupted run (status 130 or 143) ends at once, not after a kernel that a background
+thread is compiling (seconds): its outputs are written all or nothing, the kernel cache writes
+each file whole and a kernel's data before the index that names it (``backends.cpu.cache``), and
+its locks are ``flock`` locks, which the operating system releases.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 _INTERRUPTED = (130, 143)
 
 
+def stdout_failed(exc: OSError) -> int:
+    """The exit status after writing to stdout raised ``exc``, with stdout pointed at the null
+    device (so that the interpreter's last flush raises nothing): a closed pipe (``| head``) ends
+    quietly with SIGPIPE's status, as ``cat`` does; another failure (a full disk) is an error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # (stdout replaced by an object without a descriptor)
+        pass
+    if isinstance(exc, BrokenPipeError):
+        return 128 + getattr(signal, "SIGPIPE", 13)
+    print(f"torchfilters: error: stdout: {exc.strerror or exc}", file=sys.stderr, flush=True)
+    return 1
+
+
 def main() -> int | str | None:
     """Run the command; returns its exit status for ``sys.exit``."""
     try:
+        from torchfilters.cli.app import main as run
+
+        status = run()
+    except KeyboardInterrupt:  # (during the imports: main handles its own)
+        print("torchfilters: interrupted", file=sys.stderr)
+        status = 130
+    except SystemExit as exc:  # argparse: --help, --version, a usage error
+        status = exc.code
+    if sys.stdout is not None:  # (None: started with stdout closed)
         try:
-            from torchfilters.cli.app import main as run
-
-            status = run()
-        except KeyboardInterrupt:  # (during the imports: main handles its own)
-            print("torchfilters: interrupted", file=sys.stderr)
-            status = 130
-        except SystemExit as exc:  # argparse: --help, --version, a usage error
-            status = exc.code
-        sys.stdout.flush()  # (here, not at the interpreter's exit: a closed pipe is handled)
-    except OSError as exc:
-        from torchfilters.cli.common import stdout_failed
-
-        status = stdout_failed(exc)
+            sys.stdout.flush()  # (here, not at the interpreter's exit: a closed pipe is handled)
+        except OSError as exc:
+            status = stdout_failed(exc)
     if status in _INTERRUPTED:
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError):
                 pass
         os._exit(status)
     return status

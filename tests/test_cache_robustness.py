@@ -215,3 +215,41 @@ def test_warmup_with_a_bad_compile_mode_is_one_line():
                        env={**os.environ, "TORCHFILTERS_COMPILE": "sometimes"}, timeout=300)
     assert r.returncode == 1 and r.stderr.startswith("torchfilters: error: TORCHFILTERS_COMPILE='sometimes'"), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_save_cut_short_never_leaves_an_index_naming_an_older_kernel(tmp_path, monkeypatch):
+    """A kernel's data file is written before the index that names it: a process ended between
+    the two (killed; a CLI run ended at once after Ctrl-C) left, in numba's order, a new index
+    naming the data file of an older source (data names start again at 1 under a new stamp), and
+    every later process loaded that wrong kernel."""
+    old = cache._Locked(str(tmp_path), "direct.kernel-1.py311", "old stamp")
+    old.save("old key", "the old kernel")
+    assert old.load("old key") == "the old kernel"
+    new = cache._Locked(str(tmp_path), "direct.kernel-1.py311", "new stamp")
+
+    def killed(self, name, data):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(cache._Locked, "_save_data", killed)
+        with pytest.raises(KeyboardInterrupt):
+            new.save("new key", "the new kernel")
+    assert cache.caching.IndexDataCacheFile.load(new, "new key") is None  # (numba's order: the old kernel)
+    new.save("new key", "the new kernel")
+    assert cache.caching.IndexDataCacheFile.load(new, "new key") == "the new kernel"
+
+
+def test_an_engine_that_fails_to_import_for_a_bug_says_so(monkeypatch):
+    """Only a missing dependency (ImportError, OSError) makes an engine quietly unavailable; any
+    other error of its import is raised, not hidden behind the reference engine."""
+    from torchfilters import backends
+
+    monkeypatch.delitem(backends._loaded, "triton", raising=False)
+
+    def broken(name, package=None):
+        raise RuntimeError("a bug in the engine")
+
+    monkeypatch.setattr(backends.importlib, "import_module", broken)
+    with pytest.raises(RuntimeError, match="a bug in the engine"):
+        backends.get("triton")
+    assert "triton" not in backends._loaded

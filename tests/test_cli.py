@@ -405,18 +405,22 @@ def test_an_interrupted_run_ends_at_once(monkeypatch):
 
 
 @pytest.mark.parametrize("stdout, status, err", [("closed pipe", 141, ""),
-                                                 ("/dev/full", 1, "torchfilters: error: stdout: No space left on device\n")])
-def test_version_to_a_closed_pipe_or_a_full_disk(stdout, status, err):
+                                                 ("/dev/full", 1, "torchfilters: error: stdout: No space left on device\n"),
+                                                 ("closed", 0, "")])
+def test_version_to_a_closed_pipe_a_full_disk_or_no_stdout(stdout, status, err):
     if stdout == "/dev/full" and not os.path.exists("/dev/full"):
         pytest.skip("no /dev/full here")
+    w = None
     if stdout == "closed pipe":
         r, w = os.pipe()
         os.close(r)
-    else:
+    elif stdout == "/dev/full":
         w = os.open("/dev/full", os.O_WRONLY)
     try:
         proc = subprocess.run([sys.executable, "-c", "import sys, _torchfilters_cli; sys.exit(_torchfilters_cli.main())",
-                               "--version"], stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+                               "--version"], stdout=w, stderr=subprocess.PIPE, text=True, timeout=120,
+                              preexec_fn=(lambda: os.close(1)) if w is None else None)
     finally:
-        os.close(w)
+        if w is not None:
+            os.close(w)
     assert (proc.returncode, proc.stderr) == (status, err)

@@ -1,8 +1,8 @@
-"""``python -m torchfilters``: the same as the ``torchfilters`` command."""
+"""``python -m torchfilters``: the same as the ``torchfilters`` command (its launcher)."""
 
 import sys
 
-from torchfilters.cli import main
+from _torchfilters_cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -56,7 +56,7 @@ def get(name: str):
         return _loaded[name]
     try:
         mod = importlib.import_module(_MODULES[name], __name__)
-    except Exception as e:  # numba / triton missing (ImportError), or unusable here
+    except (ImportError, OSError) as e:  # numba / triton missing, NUMBA_DISABLE_JIT, a shared library
         _import_errors[name] = e
         mod = None
     _loaded[name] = mod

@@ -98,7 +98,10 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
-        print(f"{parser.prog} {_version()}", flush=True)  # (a closed pipe raises here: ``main``)
+        try:
+            print(f"{parser.prog} {_version()}", flush=True)
+        except OSError as exc:  # a closed pipe, a full disk
+            parser.exit(stdout_failed(exc))
         parser.exit()
 
 

@@ -8,6 +8,8 @@ import math
 import sys
 from typing import Any
 
+from _torchfilters_cli import stdout_failed  # noqa: F401  (outside the package: no torch import)
+
 PROG = "torchfilters"
 
 #: Derivative operators accepted by ``--operator``.
@@ -66,25 +68,6 @@ def describe(exc: BaseException, limit: int = 200) -> str:
     if len(first) > limit:
         first = first[: limit - 3].rstrip() + "..."
     return first
-
-
-def stdout_failed(exc: OSError) -> int:
-    """The exit status after writing to stdout raised ``exc``, with stdout pointed at the null
-    device (so that the interpreter's last flush raises nothing): a closed pipe (``| head``) ends
-    quietly with SIGPIPE's status, as ``cat`` does; another failure (a full disk) is an error."""
-    import os
-    import signal
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # (stdout replaced by an object without a descriptor)
-        pass
-    if isinstance(exc, BrokenPipeError):
-        return 128 + getattr(signal, "SIGPIPE", 13)
-    error(f"stdout: {describe(exc)}")
-    return 1
 
 
 def error(message: str, bar: Any = None) -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import itertools
 import os
 import pickle
 import threading
@@ -121,7 +122,7 @@ class UserWideLocator(_PackageStamp, _numba("UserWideCacheLocator")):
 class NowhereLocator(UserWideLocator):
     """The last resort, where no folder is writable (a read-only file system and home): the
     per-user path, which need not exist.  Loads find nothing there (but what ``torchfilters
-    warmup`` left in the package's own folder: ``_Locked``) and saves fail quietly, so the engine
+    warmup`` left in the package's own folder: ``_Locked``) and saves fail without a warning, so the engine
     runs, compiling what it misses in every process; :func:`cache_dir` is None."""
 
     @classmethod
@@ -171,15 +172,28 @@ class _Locked(caching.IndexDataCacheFile):
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def save(self, key, data):
-        """numba's save; a save that fails (a full disk, a folder made read-only) is a warning,
-        and the kernel is compiled again in the next process."""
+        """numba's save with the data file written before the index that names it (numba writes
+        the index first: a process ended between the two -- killed, or a CLI run ended at once
+        after Ctrl-C -- left an index naming a data file of an older source, as data names start
+        again at 1 under a new stamp, and every later process loaded that wrong kernel).  Each
+        file is written whole (numba's temporary and rename).  A save that fails (a full disk, a
+        folder made read-only) is a warning (none where no folder is writable at all), and the
+        kernel is compiled again in the next process."""
         try:
             with self._lock(fcntl.LOCK_EX if fcntl else 0):
-                super().save(key, data)
+                overloads = self._load_index()
+                name = overloads.get(key)
+                if name is None:
+                    taken = set(overloads.values())
+                    name = next(n for n in map(self._data_name, itertools.count(1)) if n not in taken)
+                self._save_data(name, data)
+                overloads[key] = name
+                self._save_index(overloads)
         except OSError as exc:
             folder = os.path.dirname(self._index_path)
-            _warn_once(folder, f"could not save a compiled kernel in {folder} ({exc.strerror or exc}); "
-                               "later processes compile it again")
+            if not _nowhere():
+                _warn_once(folder, f"could not save a compiled kernel in {folder} ({exc.strerror or exc}); "
+                                   "later processes compile it again")
 
     def _load_index(self):
         """numba's index; one that cannot be read is empty (a miss: the kernel is compiled and the
@@ -188,7 +202,7 @@ class _Locked(caching.IndexDataCacheFile):
             return super()._load_index()
         except _UNREADABLE as exc:
             _warn_once(self._index_path, f"ignoring an unreadable kernel cache index {self._index_path} "
-                                         f"({type(exc).__name__}); it is written anew")
+                                         f"({type(exc).__name__}): its kernels are compiled again")
             return {}
 
     def _load_data(self, name):
@@ -197,8 +211,8 @@ class _Locked(caching.IndexDataCacheFile):
             return super()._load_data(name)
         except _UNREADABLE as exc:
             path = self._data_path(name)
-            _warn_once(path, f"ignoring an unreadable kernel cache file {path} ({type(exc).__name__}); "
-                             "it is written anew")
+            _warn_once(path, f"ignoring an unreadable kernel cache file {path} ({type(exc).__name__}): "
+                             "its kernel is compiled again")
             return None
 
     def _in_tree(self, key):
@@ -302,6 +316,12 @@ def install() -> None:
     if not issubclass(caching.IndexDataCacheFile, _Locked):
         caching.IndexDataCacheFile = _Locked
         Dispatcher.compile = _compile
+
+
+@functools.lru_cache(maxsize=None)
+def _nowhere() -> bool:
+    """No folder is writable (:class:`NowhereLocator`): saves fail, without a warning each."""
+    return cache_dir() is None
 
 
 def cache_dir() -> str | None:
