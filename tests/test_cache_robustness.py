@@ -253,3 +253,36 @@ def test_an_engine_that_fails_to_import_for_a_bug_says_so(monkeypatch):
     with pytest.raises(RuntimeError, match="a bug in the engine"):
         backends.get("triton")
     assert "triton" not in backends._loaded
+
+
+def test_a_fork_inside_a_compile_does_not_wait_for_the_background_job():
+    """A fork from a signal handler that interrupted this thread's numba compile, while the
+    background job waits for that compile's lock: the fork waited for the job, which waited for
+    the forking thread -- forever."""
+    code = """
+        import os, threading, time
+        import torchfilters
+        import numba
+        from numba.core.compiler_lock import global_compiler_lock
+        from torchfilters.backends import _tiered
+        waiting = threading.Event()
+
+        def job():  # the background thread: holds _busy, waits for numba's lock
+            with _tiered._busy:
+                waiting.set()
+                with global_compiler_lock:
+                    pass
+
+        with global_compiler_lock:  # this thread, inside a compile
+            t = threading.Thread(target=job)
+            t.start()
+            waiting.wait()
+            time.sleep(0.2)
+            pid = os.fork()  # (as from a signal handler)
+            if pid == 0:
+                os._exit(0)
+            _, status = os.waitpid(pid, 0)
+        t.join()
+        print("forked", os.waitstatus_to_exitcode(status))
+    """
+    assert "forked 0" in _python(code, {}, timeout=60)

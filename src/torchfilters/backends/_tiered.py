@@ -545,12 +545,20 @@ def _numba_lock():
     return getattr(mod, "global_compiler_lock", None)
 
 
+#: whether this thread's fork took ``_busy`` (``_before_fork``)
+_forking = threading.local()
+
+
 def _before_fork() -> None:
     """A fork waits for the background job in hand (``_busy``) and for any other thread's numba
     compile (its compiler lock): a child that inherited the lock held would hang at its first
-    compile."""
-    _busy.acquire()
+    compile.  A thread that holds numba's lock itself (a fork from a signal handler or a
+    finalizer run inside a compile) does not wait for the job: the job cannot be compiling, and it
+    may be waiting for this very thread's lock."""
     lock = _numba_lock()
+    _forking.busy = lock is None or not lock.is_locked()
+    if _forking.busy:
+        _busy.acquire()
     if lock is not None:
         lock.acquire()
 
@@ -563,7 +571,8 @@ def _release_numba_lock() -> None:
 
 def _after_fork_parent() -> None:
     _release_numba_lock()
-    _busy.release()
+    if getattr(_forking, "busy", True):
+        _busy.release()
 
 
 def _after_fork_child() -> None:
