@@ -35,12 +35,24 @@ def stdout_failed(exc: OSError) -> int:
     return 1
 
 
+def _import_app():
+    """``torchfilters.cli.app.main``, imported with SIGINT held off: torch imports NumPy from C and
+    swallows an exception raised there, so a Ctrl-C at that moment left NumPy half imported (the
+    run went on, or failed in strange ways).  Held off, it arrives whole once the import is done."""
+    hold = getattr(signal, "pthread_sigmask", None)  # (POSIX)
+    old = hold(signal.SIG_BLOCK, {signal.SIGINT}) if hold is not None else None
+    try:
+        from torchfilters.cli.app import main as run
+    finally:
+        if hold is not None:
+            hold(signal.SIG_SETMASK, old)  # (a Ctrl-C held off is raised here)
+    return run
+
+
 def main() -> int | str | None:
     """Run the command; returns its exit status for ``sys.exit``."""
     try:
-        from torchfilters.cli.app import main as run
-
-        status = run()
+        status = _import_app()()
     except KeyboardInterrupt:  # (during the imports: main handles its own)
         print("torchfilters: interrupted", file=sys.stderr)
         status = 130
