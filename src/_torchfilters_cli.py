@@ -35,6 +35,17 @@ def stdout_failed(exc: OSError) -> int:
     return 1
 
 
+def version() -> str | None:
+    """The installed distribution's version, read without importing the library (None: running
+    from a source tree)."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return installed("torchfilters")
+    except PackageNotFoundError:
+        return None
+
+
 def _import_app():
     """``torchfilters.cli.app.main``, imported with SIGINT held off: torch imports NumPy from C and
     swallows an exception raised there, so a Ctrl-C at that moment left NumPy half imported (the
@@ -52,7 +63,14 @@ def _import_app():
 def main() -> int | str | None:
     """Run the command; returns its exit status for ``sys.exit``."""
     try:
-        status = _import_app()()
+        v = version() if sys.argv[1:] == ["--version"] else None
+        if v is not None:  # (no torch to import: at once)
+            print(f"torchfilters {v}")
+            status = 0
+        else:
+            status = _import_app()()
+    except OSError as exc:  # (the version line to a closed or full stdout)
+        status = stdout_failed(exc)
     except KeyboardInterrupt:  # (during the imports: main handles its own)
         print("torchfilters: interrupted", file=sys.stderr)
         status = 130

@@ -428,3 +428,14 @@ def test_version_to_a_closed_pipe_a_full_disk_or_no_stdout(stdout, status, err):
         if w is not None:
             os.close(w)
     assert (proc.returncode, proc.stderr) == (status, err)
+
+
+def test_version_imports_no_torch():
+    """``torchfilters --version`` reads the installed version without importing the library
+    (0.1 s, not torch's 1-2 s)."""
+    from importlib.metadata import version
+
+    code = ("import sys, _torchfilters_cli; sys.argv = ['torchfilters', '--version']; "
+            "rc = _torchfilters_cli.main(); print(rc, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout == f"torchfilters {version('torchfilters')}\n0 False\n", proc.stderr

@@ -106,14 +106,14 @@ class _VersionAction(argparse.Action):
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
+    from _torchfilters_cli import version
 
-        return version("torchfilters")
-    except PackageNotFoundError:  # running from a source tree, not installed
+    found = version()
+    if found is None:  # running from a source tree, not installed
         import torchfilters
 
-        return str(getattr(torchfilters, "__version__", "unknown"))
+        found = str(getattr(torchfilters, "__version__", "unknown"))
+    return found
 
 
 def _file_options(parser: argparse.ArgumentParser) -> None:
