@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 
 import pytest
 
@@ -286,3 +287,13 @@ def test_a_fork_inside_a_compile_does_not_wait_for_the_background_job():
         print("forked", os.waitstatus_to_exitcode(status))
     """
     assert "forked 0" in _python(code, {}, timeout=60)
+
+
+def test_a_data_file_removed_under_its_index_is_a_quiet_miss(tmp_path):
+    files = cache._Locked(str(tmp_path), "direct.kernel-1.py311", "a stamp")
+    files.save("key", "the kernel")
+    (data,) = tmp_path.glob("*.nbc")
+    data.unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cache.caching.IndexDataCacheFile.load(files, "key") is None

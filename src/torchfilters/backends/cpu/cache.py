@@ -206,9 +206,12 @@ class _Locked(caching.IndexDataCacheFile):
             return {}
 
     def _load_data(self, name):
-        """numba's data file; one that cannot be read is a miss (None), with a warning."""
+        """numba's data file; one that cannot be read is a miss (None), with a warning (one that is
+        gone, removed while the index named it: numba's own miss, without one)."""
         try:
             return super()._load_data(name)
+        except FileNotFoundError:
+            raise
         except _UNREADABLE as exc:
             path = self._data_path(name)
             _warn_once(path, f"ignoring an unreadable kernel cache file {path} ({type(exc).__name__}): "
