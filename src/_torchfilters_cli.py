@@ -46,6 +46,14 @@ def version() -> str | None:
         return None
 
 
+def _print_version(v: str) -> int:
+    try:
+        print(f"torchfilters {v}")
+    except OSError as exc:  # a closed pipe, a full disk (an OSError of the command itself is not this)
+        return stdout_failed(exc)
+    return 0
+
+
 def _import_app():
     """``torchfilters.cli.app.main``, imported with SIGINT held off: torch imports NumPy from C and
     swallows an exception raised there, so a Ctrl-C at that moment left NumPy half imported (the
@@ -64,13 +72,7 @@ def main() -> int | str | None:
     """Run the command; returns its exit status for ``sys.exit``."""
     try:
         v = version() if sys.argv[1:] == ["--version"] else None
-        if v is not None:  # (no torch to import: at once)
-            print(f"torchfilters {v}")
-            status = 0
-        else:
-            status = _import_app()()
-    except OSError as exc:  # (the version line to a closed or full stdout)
-        status = stdout_failed(exc)
+        status = _print_version(v) if v is not None else _import_app()()  # (--version: no torch, at once)
     except KeyboardInterrupt:  # (during the imports: main handles its own)
         print("torchfilters: interrupted", file=sys.stderr)
         status = 130

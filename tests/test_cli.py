@@ -439,3 +439,24 @@ def test_version_imports_no_torch():
             "rc = _torchfilters_cli.main(); print(rc, 'torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stdout == f"torchfilters {version('torchfilters')}\n0 False\n", proc.stderr
+
+
+def test_an_os_error_at_start_up_is_not_called_a_stdout_failure():
+    """A shared library torch cannot load (an OSError of its import) is that error's traceback,
+    not ``error: stdout: ...`` with the traceback lost (found by a review)."""
+    code = """
+import importlib.abc, sys
+
+class Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise OSError("libtorch_cpu.so: cannot open shared object file")
+        return None
+
+sys.meta_path.insert(0, Finder())
+import _torchfilters_cli
+sys.exit(_torchfilters_cli.main())
+"""
+    proc = subprocess.run([sys.executable, "-c", code, "edges"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "stdout:" not in proc.stderr
+    assert proc.stderr.rstrip().endswith("OSError: libtorch_cpu.so: cannot open shared object file"), proc.stderr

@@ -136,8 +136,9 @@ Returns:
 def _module(cls_name, fn, params, docs, example="", mask=False, forward_docs=None):
     """A module class running ``fn``; ``forward_docs``: paragraphs of ``forward``'s docstring that
     differ from the common ones (``input``, ``mask``, ``returns``)."""
+    stacked = cls_name == "Gradient"  # (its components stacked along a new axis -3)
     forward_docs = dict(forward_docs or {})
-    if cls_name == "Gradient":
+    if stacked:
         forward_docs.setdefault("out_shape", "A ``(..., 2, H, W)``")
     if mask:
         def forward(self, input: Tensor, mask: Optional[Tensor] = None) -> Tensor:
@@ -158,10 +159,10 @@ def _module(cls_name, fn, params, docs, example="", mask=False, forward_docs=Non
     cls.__doc__ = fill(
         _DOC,
         fname=fn.__name__,
-        shape="(..., 2, H, W)" if cls_name == "Gradient" else "(..., H, W)",
+        shape="(..., 2, H, W)" if stacked else "(..., H, W)",
         cls=cls_name,
         example=example,
-        ex_shape="2, " if cls_name == "Gradient" else "",
+        ex_shape="2, " if stacked else "",
         args="\n".join(f"    %({d})s" for d in docs),
         mask_arg=", mask=None" if mask else "",
         mask_note=("; ``mask`` is the function's (a bool tensor broadcastable to ``input``, "

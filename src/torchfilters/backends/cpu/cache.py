@@ -33,6 +33,7 @@ data file of an older source under the new key.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import itertools
@@ -75,8 +76,8 @@ def _ours(py_file) -> bool:
 
 class _PackageStamp:
     """Locator mixin: the package-wide stamp instead of the one file's; a folder found writable
-    when the locator was chosen that fails later (a full disk) only fails the save, quietly
-    (``_Locked.save``), not the call that compiled."""
+    when the locator was chosen that fails later (a full disk) fails only the save (a warning:
+    ``_Locked.save``), not the call that compiled."""
 
     def get_source_stamp(self):
         return source_stamp()
@@ -225,10 +226,9 @@ class _Locked(caching.IndexDataCacheFile):
         here = os.path.dirname(self._index_path)
         if config.CACHE_DIR or os.path.abspath(here) == _IN_TREE or not os.path.isdir(_IN_TREE):
             return None
-        other = _Locked.__new__(_Locked)
-        other.__dict__.update(self.__dict__)
-        other._index_path = os.path.join(_IN_TREE, os.path.basename(self._index_path))
+        other = copy.copy(self)
         other._cache_path = _IN_TREE
+        other._index_path = os.path.join(_IN_TREE, self._index_name)
         return super(_Locked, other).load(key)  # (numba's load: no lock, no compile lock)
 
     def load(self, key):
