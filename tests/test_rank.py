@@ -256,6 +256,20 @@ def test_out(engine):
         tf.maximum_filter(x.clone().requires_grad_(True), 3, out=torch.empty_like(x))
 
 
+def test_out_on_leading_axes(engine):
+    """Axes at the front of a 4-D input: ``out=`` whose batch dimensions do not merge goes
+    through a temporary (found by review: a ``NameError`` there)."""
+    x = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    calls = [lambda **k: tf.minimum_filter1d(x, 3, axis=0, backend=engine, **k),
+             lambda **k: tf.median_filter(x, 3, axes=(0, 1), backend=engine, **k),
+             lambda **k: tf.rank_filter(x, 1, size=2, axes=(0,), backend=engine, **k)]
+    for call in calls:
+        want = call()
+        for out in (torch.empty_like(x), torch.empty(5, 4, 3, 2, dtype=x.dtype).permute(3, 2, 1, 0)):
+            assert call(out=out) is out
+            assert torch.equal(out, want)
+
+
 def test_the_input_is_never_modified(engine):
     x = torch.randn(3, 9, 9)
     keep = x.clone()

@@ -660,18 +660,29 @@ def uniform_filter(input, size=3, output=None, mode="reflect", cval=0.0, origin=
 # ----------------------------------------------------------------- rank filters
 
 
-def _order_preserving(a, cval, cast_cval=None):
-    """``(t, table)``: ``a`` as a float tensor whose order is ``a``'s, exactly: floats as they
-    are, integers up to 32 bits (and bools) as float64; 64-bit integers as float64 too when
-    they fit in 53 bits, else as their ranks among ``a``'s values and ``cval`` (``table`` maps
-    a rank back).  Rank filters only compare, so every result is exact."""
+def _order_preserving(a, cval, cast_cval=None, wide=False):
+    """``(t, back, cval)``: ``a`` as a float tensor whose order is ``a``'s, exactly: floats as
+    they are, integers up to 32 bits (and bools) as float64; 64-bit integers as float64 too when
+    they fit in 53 bits, else as their ranks among ``a``'s values and ``cval`` (``back`` maps
+    selected ranks back; None where ``t`` holds the values).  ``cast_cval``: None compares the
+    cval as a double (SciPy's min/max filters), else it is cast to the input's type or to
+    ``"int64"`` first (SciPy's rank paths); ``wide``: the output's type differs from the
+    input's, so an uncast cval is selected as the double it is (float inputs then filtered
+    in float64).  Rank filters only compare, so every result is exact."""
     _real_cval(cval)
+    if cast_cval is None and wide and a.dtype in (np.float16, np.float32):
+        return _arrays.to_torch(a, np.float64), None, float(cval)
     if a.dtype in (np.float32, np.float64):  # rounding cval is monotonic: the same selections
         return _tensor(a, a.dtype == np.float32), None, float(np.asarray(cval).astype(a.dtype))
     if a.dtype == np.float16:
         return _arrays.to_torch(a, np.float32), None, float(np.float16(cval))
     if cast_cval is None and a.dtype.itemsize < 8:
         return _tensor(a, False), None, float(cval)  # compared uncast, as SciPy's double line buffers
+    if cast_cval is None:  # 64-bit integers, compared with the uncast cval (found by review)
+        cvd = float(np.float64(cval))
+        if a.size == 0 or int(np.abs(a.astype(np.float64)).max()) < 2**53:
+            return _tensor(a, False), None, cvd  # (exact as doubles)
+        return _uncast_ranks(a, cvd)
     # SciPy's N-D rank and footprint paths cast cval to the input's type, its 1-D rank path to int64
     cv = np.trunc(np.asarray(cval, np.float64))  # C's cast: toward zero (a bool too: 0.5 is False)
     cv = cv.astype(np.int64 if cast_cval == "int64" else a.dtype)
@@ -680,7 +691,40 @@ def _order_preserving(a, cval, cast_cval=None):
         return _tensor(a, False), None, float(cv)
     table, inv = np.unique(np.append(a.ravel(), cv), return_inverse=True)
     ranks = inv.astype(np.float64)
-    return _arrays.to_torch(ranks[:-1].reshape(a.shape), np.float64), table, float(ranks[-1])
+    return (_arrays.to_torch(ranks[:-1].reshape(a.shape), np.float64), lambda v: table[v.astype(np.int64)],
+            float(ranks[-1]))
+
+
+def _uncast_ranks(a, cvd):
+    """:func:`_order_preserving` for 64-bit integers past 2**53 and a cval compared as the
+    double it is (min/max filters): ``a``'s values as their ranks ``0 .. n-1`` among its
+    distinct values (exact), the cval between them (a half rank; NaN last), and the function
+    that maps selected ranks back: the value, or the cval (a float64 result then, cast into the
+    output as SciPy casts its double)."""
+    vals = np.unique(a.ravel())
+    if cvd != cvd:
+        pos = len(vals) + 1  # (NaN orders last)
+    else:  # the first value >= cval, compared exactly (Python's int / float comparisons are)
+        lo, hi = 0, len(vals)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if int(vals[mid]) < cvd:
+                lo = mid + 1
+            else:
+                hi = mid
+        pos = lo
+    rank = float(pos) if pos < len(vals) and int(vals[pos]) == cvd else pos - 0.5
+    inv = np.searchsorted(vals, a.ravel())
+
+    def back(v):
+        half = v != np.floor(v)
+        if not half.any():
+            return vals[v.astype(np.int64)]
+        out = vals[np.clip(np.floor(v), 0, len(vals) - 1).astype(np.int64)].astype(np.float64)
+        out[half] = cvd
+        return out
+
+    return _arrays.to_torch(inv.astype(np.float64).reshape(a.shape), np.float64), back, rank
 
 
 def _select_nd(t, footprint, rank, modes, cv, origins):
@@ -734,7 +778,7 @@ def _rank_run(input, footprint, origins, rank, output, modes, cval, fresh, cast_
     md = tuple(_check_mode(modes[i]) for i in keep)
     if input.size == 0:
         return output
-    t, table, cv = _order_preserving(input, cval, cast_cval)
+    t, back, cv = _order_preserving(input, cval, cast_cval, output.dtype != input.dtype)
     if len(keep) > 3:  # (the engines filter up to three axes)
         y = _select_nd(t, footprint, rank, dict(zip(keep, md)), cv, origins)
     else:
@@ -742,9 +786,9 @@ def _rank_run(input, footprint, origins, rank, output, modes, cval, fresh, cast_
         y = F.rank_filter(t, rank, footprint=fp, mode=md, cval=cv, origin=[origins[i] for i in keep],
                           axes=tuple(keep))
     v = _arrays.from_torch(y, output)
-    if table is not None:
-        v = table[v.astype(np.int64)]
-    if fresh and v.dtype == output.dtype and (table is not None or y.is_contiguous()):
+    if back is not None:
+        v = back(v)
+    if fresh and v.dtype == output.dtype and (back is not None or y.is_contiguous()):
         return v
     return _store(output, v)
 

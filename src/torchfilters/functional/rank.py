@@ -25,6 +25,7 @@ from ._core import (
     Layout,
     _eager_engine,
     _flat,
+    _mergeable,
     copy_result,
     no_grad_out,
     prep,

@@ -234,15 +234,12 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
         if spec.normalized:  # two channels (m x, m) through the same stencil
             stencils = [(taps, corr), (taps, corr)]
             K, CH = 1, 1
-            epi = _NORM
         else:
             stencils = [(taps, corr)]
             K, CH = 1, 0
-            epi = _BLEND
         sepf = z0 = False
         (ly, hy), (lx, hx) = spec.stencil.extent(-2), spec.stencil.extent(-1)
         ext = (ly, hy, lx, hx)
-        has_mask_possible = True
     else:
         summed = spec.epilogue == "sum"
         if (len(spec.stencils) > 2 and not summed) or (spec.epilogue == "direction" and len(spec.stencils) != 2):
@@ -262,10 +259,7 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
         if summed:  # a sum of linear stencils is one stencil: merged taps and corrections
             stencils = [_merge_taps(stencils)]
         K, CH = len(stencils), 0
-        epi = _STACK if summed else _EPILOGUES[spec.epilogue]
         ext = (0, 0, 0, 0)
-        has_mask_possible = False
-    del has_mask_possible
     t0 = stencils[0][0]
     t1 = stencils[1][0] if len(stencils) == 2 else {}
     # forward footprint (NaN reaches through every tap of it) and adjoint footprint (only
