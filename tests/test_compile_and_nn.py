@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -233,3 +234,24 @@ def test_a_tensor_sigma_under_fullgraph_is_named():
         torch.compile(f, fullgraph=True, backend="eager")(x)
     torch._dynamo.reset()
     assert torch.equal(torch.compile(f, backend="eager")(x), tf.gaussian_filter(x, (1.0, 2.0)))
+
+
+def test_modules_take_every_axes_form_the_functions_take():
+    """Mixed signs (valid on inputs with enough dimensions), a list, a range, a NumPy array, a
+    tensor: found by review, the modules refused them ("axes must be distinct", raw errors)."""
+    x = torch.rand(2, 3, 5, 6, dtype=torch.float64)
+    for cls, fn, args, axes in [(tf.nn.Laplace, tf.laplace, (), (1, -1)),
+                                (tf.nn.GaussianFilter, tf.gaussian_filter, (1.0,), (1, -1, 2)),
+                                (tf.nn.Laplace, tf.laplace, (), [2, 3]),
+                                (tf.nn.Laplace, tf.laplace, (), range(1, 3)),
+                                (tf.nn.UniformFilter, tf.uniform_filter, (3,), np.array([0, -1])),
+                                (tf.nn.GradientMagnitude, tf.gradient_magnitude, (), torch.tensor([-3, 2]))]:
+        m = cls(*args, axes=axes)
+        assert torch.equal(m(x), fn(x, *args, axes=axes)), (cls, axes)
+    assert torch.equal(tf.nn.Sobel(axis=-1, axes=(0, 1, 2))(x[0]), tf.sobel(x[0], -1, axes=(0, 1, 2)))
+    for bad, exc in [((1, 1), ValueError), ((0, 1, 2, 3), ValueError), ((1.5,), TypeError), ("ab", TypeError),
+                     ((-1, 3, 4, 5), ValueError)]:
+        with pytest.raises(exc, match="axes"):
+            tf.nn.Laplace(axes=bad)
+    with pytest.raises(ValueError, match="axis"):
+        tf.nn.Sobel(axis=5, axes=(0, 1))

@@ -248,6 +248,13 @@ def test_meta_input_still_propagates_shapes():
     """A meta input is a shape-only call (the reference engine runs it), not an error."""
     y = tf.gradient(torch.empty(2, 3, 5, 6, device="meta"))
     assert y.is_meta and y.shape == (2, 3, 2, 5, 6)
+    # the magnitudes too (found by review: their rescaling check read the meta values)
+    for y in (tf.gradient_magnitude(torch.empty(4, 5, device="meta")),
+              tf.gaussian_gradient_magnitude(torch.empty(2, 3, 4, 5, device="meta"), 1.0, axes=(1, 2, 3))):
+        assert y.is_meta and y.shape == ((4, 5) if y.dim() == 2 else (2, 3, 4, 5))
+    x = torch.empty(3, 4, 5, device="meta", requires_grad=True)
+    (g,) = torch.autograd.grad(tf.gradient_magnitude(x).sum(), x)
+    assert g.is_meta and g.shape == x.shape
 
 
 # --------------------------------------------------- layouts: other tensors

@@ -270,6 +270,25 @@ def test_dense_correlate_with_an_infinite_weight(engine, monkeypatch):
             assert np.isinf(e).all() and same_bits(got[b], e), (w, mismatch(got[b], e))
 
 
+@pytest.mark.parametrize("engine", ["reference", "cpu"])
+def test_dense_correlate_leaves_nan_weights_out(engine):
+    """SciPy keeps a dense weight only where ``|w| > DBL_EPSILON``: a NaN weight is left out of
+    the footprint (found by review: every output was NaN), over 1, 2 and 3 axes, and so does
+    ``torchfilters.ndimage``."""
+    import torchfilters.ndimage as tfn
+
+    x = np.random.default_rng(4).standard_normal((3, 4, 5))
+    for w, axes in (([1.0, np.nan, 2.0], (-1,)), ([[1.0, 2.0, 1.0], [np.nan, 1.0, 3.0]], (-2, -1)),
+                    (np.where(np.arange(12).reshape(2, 2, 3) == 4, np.nan, np.arange(12.0).reshape(2, 2, 3) - 5),
+                     (0, 1, 2))):
+        w = np.asarray(w)
+        for fn in ("correlate", "convolve"):
+            got = getattr(tf, fn)(torch.from_numpy(x), w, axes=axes, mode="nearest", backend=engine).numpy()
+            want = getattr(ndi, fn)(x, w, mode="nearest", axes=axes)
+            assert np.isfinite(want).all() and np.allclose(got, want, rtol=1e-13, atol=1e-13), (fn, axes)
+            assert np.array_equal(getattr(tfn, fn)(x, w, mode="nearest", axes=axes), got)
+
+
 @pytest.mark.parametrize("cval", [2.5, -1.0])
 def test_constant_mode_correction_keeps_signs_of_zero(backend, cval):
     """SciPy pads a two-pass stencil's first pass with ``cval`` in constant mode; the tiled CPU

@@ -130,8 +130,8 @@ weights: the kernel, one dimension per axis of ``axes`` in increasing
     only, so a tensor that requires grad raises ``ValueError`` (pass
     ``weights.detach()``), as does a meta tensor (it holds no values); a
     sparse tensor raises ``TypeError`` (call ``weights.to_dense()``).
-    Weights with ``|w| <= DBL_EPSILON`` are left out of the footprint,
-    as in SciPy."""
+    Weights with ``|w| <= DBL_EPSILON``, and NaN weights, are left out
+    of the footprint, as in SciPy (which keeps ``|w| > DBL_EPSILON``)."""
 
 _sigma1d = """\
 sigma: the standard deviation in pixels, a real number, finite and
@@ -157,8 +157,8 @@ weights: the ``(kh, kw)`` kernel, the same for every leading index, of
     tensor that requires grad raises ``ValueError`` (pass
     ``weights.detach()``), as does a meta tensor (it holds no values); a
     sparse tensor raises ``TypeError`` (call ``weights.to_dense()``).
-    Weights with ``|w| <= DBL_EPSILON`` are left out of the footprint,
-    as in SciPy."""
+    Weights with ``|w| <= DBL_EPSILON``, and NaN weights, are left out
+    of the footprint, as in SciPy (which keeps ``|w| > DBL_EPSILON``)."""
 
 _weights1d = """\
 weights: the 1-D kernel of ``k`` taps, of any length (longer than the

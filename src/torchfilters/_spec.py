@@ -343,8 +343,9 @@ def sep(*passes) -> Stencil:
     return Stencil("sep", tuple(Pass(a, int(lo), tuple(map(float, taps))) for a, lo, taps in passes))
 
 
-#: SciPy's 2-D ``correlate`` leaves weights with ``|w| <= DBL_EPSILON`` out of the
-#: footprint (a NaN under such a tap does not spread); engines skip zero dense taps.
+#: SciPy's N-D ``correlate`` keeps a weight only where ``|w| > DBL_EPSILON``: smaller ones and
+#: NaN weights are left out of the footprint (a NaN under such a tap does not spread); engines
+#: skip zero dense taps.
 DBL_EPSILON = 2.220446049250313e-16
 
 
@@ -353,7 +354,8 @@ def dense(taps, lo) -> Stencil:
 
     def clean(t, depth):
         if depth == 0:
-            return 0.0 if abs(float(t)) <= DBL_EPSILON else float(t)
+            t = float(t)
+            return t if abs(t) > DBL_EPSILON else 0.0  # (NaN too: found by review)
         return tuple(clean(v, depth - 1) for v in t)
 
     return Stencil("dense", (), tuple(int(v) for v in lo), clean(taps, len(lo)))

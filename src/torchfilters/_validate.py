@@ -244,18 +244,15 @@ def per_axis(value, k: int, name: str):
     return (value,) * k
 
 
-def check_axes(axes, ndim: int, default=(-2, -1)):
-    """``axes`` (None for ``default``; an int or a sequence of 1 to 3 distinct ints, NumPy
-    integers too, negative or not) -> tuple of non-negative axes of an ``ndim``-D input, in
-    the caller's order.
+def axes_tuple(axes) -> tuple[int, ...]:
+    """``axes`` (an int or a sequence of 1 to 3 ints: a tuple, list, range, NumPy array or
+    tensor, NumPy integers too) as a tuple of Python ints, not yet checked against an input.
 
     Raises:
         TypeError: an axis that is not an int.
-        ValueError: duplicates, an axis out of range, none or more than 3.
+        ValueError: none or more than 3.
     """
     given = axes
-    if axes is None:
-        axes = default
     if isinstance(axes, torch.Tensor):
         axes = tensor_values(axes, "axes")
     elif isinstance(axes, np.ndarray):
@@ -273,6 +270,20 @@ def check_axes(axes, ndim: int, default=(-2, -1)):
             raise TypeError(f"axes must hold ints; got {type_name(a)} in axes={given!r}")
     if not 1 <= len(axes) <= 3:
         raise ValueError(f"axes must name 1, 2 or 3 axes; got axes={given!r}")
+    return tuple(int(a) for a in axes)
+
+
+def check_axes(axes, ndim: int, default=(-2, -1)):
+    """``axes`` (None for ``default``; an int or a sequence of 1 to 3 distinct ints, NumPy
+    integers too, negative or not) -> tuple of non-negative axes of an ``ndim``-D input, in
+    the caller's order.
+
+    Raises:
+        TypeError: an axis that is not an int.
+        ValueError: duplicates, an axis out of range, none or more than 3.
+    """
+    given = axes
+    axes = axes_tuple(default if axes is None else axes)
     out = []
     for a in axes:
         a = int(a)

@@ -256,9 +256,31 @@ def gaussian_filter1d(image, sigma, axis=-1, order=0, mode="reflect", cval=0.0, 
                     _out_dtype(image))
 
 
+def _derivatives_reach(image, sigma, truncate, radius, axes):
+    """The reach of ``gaussian_laplace``/``gaussian_gradient_magnitude`` as SciPy (and
+    ``torchfilters.ndimage``) read their arguments: ``sigma`` per chosen axis, but in axis order
+    where ``axes`` names every axis (in any order); ``radius`` always in axis order (it goes to
+    ``gaussian_filter`` over every axis).  (Found by review: ``axes=(1, 0)`` with two sigmas
+    overlapped by the other axis's radius.)"""
+    ax = _axes(axes, image.ndim)
+    sig = _nd._normalize_sequence(sigma, len(ax))
+    if len(ax) < image.ndim:
+        full = [0.0] * image.ndim
+        for s, a in zip(sig, ax):
+            full[a] = s
+        sig = full
+    rad = _nd._normalize_sequence(radius, image.ndim)
+    reach = _no_reach(image.ndim)
+    for a, (s, r) in enumerate(zip(sig, rad)):
+        if s > 1e-15:
+            lw = _nd._radius(truncate, s, r)
+            reach[a] = (lw, lw)
+    return reach
+
+
 def _sum_of_gaussians(fn, image, sigma, mode, cval, axes, kwargs):
     image = _da.asarray(image)
-    _, reach = _gauss_reach(image, sigma, kwargs.get("truncate", 4.0), kwargs.get("radius"), axes)
+    reach = _derivatives_reach(image, sigma, kwargs.get("truncate", 4.0), kwargs.get("radius"), axes)
     # each derivative runs with one mode on every axis (SciPy's rule): wrap modes overlap
     # periodically, the others not; a mix of the two needs both along every filtered axis, so
     # those axes are taken whole (one chunk each)

@@ -16,6 +16,7 @@ arguments and its keywords with their defaults.
 from __future__ import annotations
 
 import inspect
+from numbers import Integral
 from typing import Optional
 
 import torch
@@ -23,7 +24,7 @@ from torch import Tensor
 
 from . import functional as F
 from ._docs import fill
-from ._validate import tensor_values
+from ._validate import axes_tuple, tensor_values
 from .functional._core import weights_tuple
 from .functional.canny import _CANNY_INPUT, _CANNY_MASK
 from .functional.rank import _footprint_tuple
@@ -76,6 +77,8 @@ class _FilterModule(torch.nn.Module):
                 if d is _SENTINEL:
                     raise TypeError(f"{type(self).__name__} missing required argument {n!r}")
                 values[n] = d
+        if values.get("axes") is not None and not isinstance(values["axes"], Integral):
+            values["axes"] = axes_tuple(values["axes"])  # (a list, range, array: a tuple of ints)
         if "weights" in values and values["weights"] is not None:
             # nested tuples of floats: constants for torch.compile(fullgraph=True), no state to save
             axes = values.get("axes")
@@ -92,13 +95,28 @@ class _FilterModule(torch.nn.Module):
             setattr(self, n, v)
         # validate the arguments now, not at the first batch: on the reference engine, whatever the
         # default backend (``TORCHFILTERS_BACKEND=triton`` runs no CPU tensor: found by review)
-        type(self)._fn(self._probe(), **self._call_args(), backend="reference")
+        self._validate()
 
-    def _probe(self):
+    def _validate(self):
+        """Call the op on probes of ``1`` s: of the fewest dimensions its axes need, up to as many
+        as keep every negative axis clear of every non-negative one (``axes=(1, -1)`` names two
+        axes of a 3-D or larger input, found by review); the first probe's error where none
+        takes the arguments."""
         axes = getattr(self, "axes", None)
-        dims = 2 if axes is None else 1 + max([abs(a) for a in (axes if isinstance(axes, (list, tuple)) else [axes])]
-                                              + [1])
-        return torch.zeros((1,) * max(dims, 2, 1 + abs(getattr(self, "axis", -1))))
+        named = [] if axes is None else list(axes) if isinstance(axes, tuple) else [axes]
+        axis = getattr(self, "axis", None)
+        if isinstance(axis, Integral):
+            named.append(axis)
+        lo = max([2] + [a + 1 for a in named if a >= 0] + [-a for a in named if a < 0])
+        hi = max(lo, max([a + 1 for a in named if a >= 0], default=0) + max([-a for a in named if a < 0], default=0))
+        first = None
+        for ndim in range(lo, hi + 1):
+            try:
+                type(self)._fn(torch.zeros((1,) * ndim), **self._call_args(), backend="reference")
+                return
+            except (TypeError, ValueError) as e:
+                first = first or e
+        raise first
 
     def _call_args(self):
         return {n: getattr(self, n) for n, _ in self._params}

@@ -124,11 +124,17 @@ def _magnitude(ys):
     for y in ys[1:]:
         s = s + y * y
     bad = _rescale(s, ys)
-    if bool(bad.any()):
+    if _some(bad):
         s = torch.where(bad, s.detach(), s)  # (no gradient through the overflowed sum)
         r = torch.where(bad, _scaled(ys, bad), _magnitude_of(s))
         return r
     return _magnitude_of(s)
+
+
+def _some(bad) -> bool:
+    """Whether any pixel is marked; True on a meta tensor (no values: the rescaling form then
+    carries the shapes)."""
+    return bad.is_meta or bool(bad.any())
 
 
 def _magnitude_of(s):
@@ -280,7 +286,7 @@ def _magnitude_vjp(g, ys):
     scale = torch.where(zero, torch.zeros_like(m), g / torch.where(zero, torch.ones_like(m), m))
     gs = [scale * y for y in ys]
     bad = _rescale(s, ys)
-    if bool(bad.any()):
+    if _some(bad):
         mx = ys[0].abs()
         for y in ys[1:]:
             mx = torch.maximum(mx, y.abs())

@@ -95,8 +95,9 @@ def thresholds(mag: Tensor, low: float, high: float, use_quantiles: bool, select
     ``use_quantiles``: ``numpy.percentile(magnitude, [100 low, 100 high])`` of each slice (method
     ``'linear'``: index ``(n - 1) * q`` with ``q = (100 low) / 100``, ``a + (b - a) t`` for ``t < 0.5``
     and ``b - (b - a)(1 - t)`` otherwise, ``b - a`` in the magnitude's dtype and the rest in
-    float64, as NumPy computes it); ``a`` and ``b`` are the order statistics that ``select``
-    (:func:`sorted_select`; the CPU engine's is a radix selection) takes of each slice.  Otherwise
+    float64, as NumPy computes it; NaN for a slice that holds NaN); ``a`` and ``b`` are the
+    order statistics that ``select`` (:func:`sorted_select`; the CPU engine's is a radix
+    selection) takes of each slice.  Otherwise
     the numbers given; ``high`` rounded to the magnitude's dtype (NumPy compares a float32 array
     with a Python float in float32).  ``lo`` is then rounded as :func:`low_value` says."""
     N = mag.shape[0]
@@ -119,6 +120,8 @@ def thresholds(mag: Tensor, low: float, high: float, use_quantiles: bool, select
         diff = (b - a).double()
         t = t.to(dev)
         val = torch.where(t >= 0.5, b.double() - diff * (1 - t), a.double() + diff * t)
+        # NumPy's percentile of a slice holding NaN is NaN: no pixel passes (found by review)
+        val = torch.where(torch.isnan(flat).any(dim=1, keepdim=True), float("nan"), val)
         lo64 = val[:, 0].contiguous()
         hi = val[:, 1].contiguous()
         lo = lo64.float().double()

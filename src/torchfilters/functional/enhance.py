@@ -38,7 +38,8 @@ def unsharp_mask(
     """Sharpen: ``x + amount * (x - gaussian_filter(x, sigma))``, in one fused pass.
 
     Computed as ``(1 + amount) * x - amount * gaussian_filter(x, sigma)``, which equals the
-    definition up to rounding.  scikit-image's ``unsharp_mask(x, radius=sigma, amount=amount,
+    definition up to rounding for finite samples (at an infinite one, with ``-1 < amount < 0``,
+    this form gives the infinity where the definition's ``inf - inf`` gives NaN).  scikit-image's ``unsharp_mask(x, radius=sigma, amount=amount,
     preserve_range=True)`` on float input (which does not clip either); its ``mode='reflect'`` is
     fixed in its code, here it is the default of ``mode``.  Integer input is promoted to float32
     (as everywhere in torchfilters), not rescaled to ``[0, 1]`` as scikit-image does without
