@@ -390,3 +390,19 @@ def test_weights_far_beyond_a_tiny_image_follow_the_np_pad_oracle(mode, pad):
         # SciPy's N-D correlate is off (it reads memory it never wrote: sometimes NaN, which the
         # comparison must count as off too)
         assert not np.allclose(ndi.correlate(a, w, mode=mode), oracle, rtol=0, atol=1e-3)
+
+
+def test_a_cval_past_float32s_range_is_its_infinity_without_a_warning():
+    """SciPy casts such a cval to the float32 input's infinity, silently (found by review: a
+    NumPy overflow RuntimeWarning here)."""
+    import warnings
+
+    import scipy.ndimage as ndi
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in ("minimum_filter", "maximum_filter", "median_filter"):
+            for cv in (1e300, -1e300):
+                got = getattr(tfn, name)(a, 3, mode="constant", cval=cv)
+                assert np.array_equal(got, getattr(ndi, name)(a, 3, mode="constant", cval=cv)), (name, cv)

@@ -672,10 +672,12 @@ def _order_preserving(a, cval, cast_cval=None, wide=False):
     _real_cval(cval)
     if cast_cval is None and wide and a.dtype in (np.float16, np.float32):
         return _arrays.to_torch(a, np.float64), None, float(cval)
-    if a.dtype in (np.float32, np.float64):  # rounding cval is monotonic: the same selections
-        return _tensor(a, a.dtype == np.float32), None, float(np.asarray(cval).astype(a.dtype))
-    if a.dtype == np.float16:
-        return _arrays.to_torch(a, np.float32), None, float(np.float16(cval))
+    if a.dtype in (np.float32, np.float64, np.float16):  # rounding cval is monotonic: the same
+        with np.errstate(over="ignore"):  # selections (1e300 is inf in float32, as SciPy's cast)
+            cv = float(np.asarray(cval).astype(a.dtype))
+        if a.dtype == np.float16:
+            return _arrays.to_torch(a, np.float32), None, cv
+        return _tensor(a, a.dtype == np.float32), None, cv
     if cast_cval is None and a.dtype.itemsize < 8:
         return _tensor(a, False), None, float(cval)  # compared uncast, as SciPy's double line buffers
     if cast_cval is None:  # 64-bit integers, compared with the uncast cval (found by review)
