@@ -207,14 +207,15 @@ def test_3x3x3_gradients_give_scipys_bits(mode, direct_runs, no_reference):
                 assert bits(g[:, q], ref), (shape, op, q, np.abs(g[:, q] - ref).max())
             m = tf.gradient_magnitude(x, operator=op, axes=AX, mode=mode, backend="cpu").numpy()
             assert np.array_equal(m, np.sqrt(g[:, 0] * g[:, 0] + g[:, 1] * g[:, 1] + g[:, 2] * g[:, 2]))
-        # axes in another order: the components follow it (mode: per axis of ``axes``)
-        perm = (-1, -3, -2)
-        g = tf.gradient(x, operator="sobel", axes=perm, mode=mode, backend="cpu").numpy()
-        md = mode if isinstance(mode, str) else tuple(mode[perm.index(a)] for a in AX)
-        for k, a in enumerate(perm):
-            assert bits(g[:, k], np.stack([ndi.sobel(v, a + 3, mode=md) for v in xn])), (shape, perm, k)
-        m = tf.gradient_magnitude(x, operator="sobel", axes=perm, mode=mode, backend="cpu").numpy()
-        assert np.array_equal(m, np.sqrt(g[:, 0] * g[:, 0] + g[:, 1] * g[:, 1] + g[:, 2] * g[:, 2]))
+        # axes in other orders: the components follow them (mode: per axis of ``axes``), and the
+        # magnitude sums their squares in that order (the last term: the y-, then the z-component)
+        for perm in ((-1, -3, -2), (-2, -1, -3)):
+            g = tf.gradient(x, operator="sobel", axes=perm, mode=mode, backend="cpu").numpy()
+            md = mode if isinstance(mode, str) else tuple(mode[perm.index(a)] for a in AX)
+            for k, a in enumerate(perm):
+                assert bits(g[:, k], np.stack([ndi.sobel(v, a + 3, mode=md) for v in xn])), (shape, perm, k)
+            m = tf.gradient_magnitude(x, operator="sobel", axes=perm, mode=mode, backend="cpu").numpy()
+            assert np.array_equal(m, np.sqrt(g[:, 0] * g[:, 0] + g[:, 1] * g[:, 1] + g[:, 2] * g[:, 2]))
     assert direct_runs["launches"] >= 24
 
 

@@ -254,6 +254,32 @@ def _vrev(typingctx, a):
 
 
 @intrinsic
+def _vleft(typingctx, a, b):
+    """``[a[-1], b[0], .., b[-2]]``: each lane of ``b``'s left neighbour, for ``a`` the vector
+    before it (a constant shuffle, no unaligned load)."""
+
+    def codegen(context, builder, sig, args):
+        n = args[0].type.count
+        return builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(ir.IntType(32), n),
+                                                                    list(range(n - 1, 2 * n - 1))))
+
+    return a(a, b), codegen
+
+
+@intrinsic
+def _vright(typingctx, b, c):
+    """``[b[1], .., b[-1], c[0]]``: each lane of ``b``'s right neighbour, for ``c`` the vector
+    after it."""
+
+    def codegen(context, builder, sig, args):
+        n = args[0].type.count
+        return builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(ir.IntType(32), n),
+                                                                    list(range(1, n + 1))))
+
+    return b(b, c), codegen
+
+
+@intrinsic
 def _vwts(typingctx, w, k0):
     """``w[k0 + 1 .. k0 + lanes]``, each broadcast to a vector (a tuple: kept in registers
     across the rows of a horizontal pass)."""

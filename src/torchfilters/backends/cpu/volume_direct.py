@@ -17,12 +17,16 @@ runs before a derivative that cancels (float32 rows alternating +-3e38 give SciP
 as ``hypot`` where the sum of squares over- or underflows (``forward._mag_fix``).
 
 **Streaming.**  A work item is ``(volume, block of BY rows, chunk of planes)``.  Walking the
-planes of its chunk plus one halo plane each side, it keeps in a ring of three planes, per
-row of the block (and its halo rows for x): ``dx`` of the input row (the x-derivative), and
-``dy`` (the y-derivative); per output plane it forms ``sz(dx)`` and ``dz`` rows, then per
-output row the last passes (``sy(sz(dx))``, ``sx(sz(dy))``, ``sx(sy(dz))``) and the epilogue,
-and stores once.  Input rows are read in place; ``constant`` mode reads a zero row outside.
-Every buffer is per thread and a few dozen rows long: it stays in the first-level cache.
+planes of its chunk plus one halo plane each side, it keeps ``dx`` (the x-derivative) of each
+input row of the block and its halo rows in a ring of three planes.  Per output plane, a walk
+down each vector's column of the block keeps the three planes' input rows and the windows of
+``dz`` and ``sz(dx)`` in registers (each plane's ``dy`` is formed there from the rows it holds)
+and stores per output row ``gx = sy(sz(dx))`` and the rows ``sz(dy)`` and ``sy(dz)``; a pass
+along each output row forms their x-passes (``sx``) and the epilogue, and stores once.  Every
+x-pass runs on whole vectors, each lane's neighbours shuffled in from the vectors before and
+after (no unaligned loads).  Input rows are read in place; ``constant`` mode reads a zero row
+outside.  Every buffer is per thread and a few dozen rows long: it stays in the first-level
+cache.
 """
 
 from __future__ import annotations
@@ -38,9 +42,10 @@ from .._direct3 import direct_plan, modes3
 from .adjoint import _mag_vjp_fix
 from .forward import _mag_fix
 from .prims import _JIT, _ptr
-from .separable import _VL, _fold1, _ldv, _stv
-from .simd import _vadd, _vfma, _vld, _vldm, _vmagbad, _vmagodd, _vmaxabs, _vmul, _vsplat, _vsub
-from .volume_kernels import R_AUX, R_OUT, R_SRC, _voff, _vscale, _vsqrt
+from .separable import _VL, _fold1
+from .simd import (_vadd, _vfma, _vld, _vldm, _vleft, _vmagbad, _vmagodd, _vmaxabs, _vmul, _vright, _vsplat, _vst,
+                   _vstm, _vsub)
+from .volume_kernels import R_AUX, R_OUT, R_SRC, _voff, _vscale, _vselge, _vsqrt
 
 __all__ = ["DirectPlan", "direct", "_k_grad3"]
 
@@ -130,29 +135,21 @@ def _anti(a, c, b, w0, wl, af):
 
 
 @njit(**_JIT)
-def _pass3(dst, a, c, b, w0, wl, f, anti, W, L):
-    """``dst[j] = `` :func:`_anti` (``anti``) or :func:`_sym` of rows ``a, c, b`` over a row."""
-    j = 0
-    while j < W:
-        n = min(L, W - j)
-        if n == L:
-            va, vc, vb = _vld(a, j), _vld(c, j), _vld(b, j)
-        else:
-            va, vc, vb = _vldm(a, j, n), _vldm(c, j, n), _vldm(b, j, n)
-        r = _anti(va, vc, vb, w0, wl, f) if anti else _sym(va, vc, vb, w0, wl, f)
-        _stv(dst, j, r, n, L)
-        j += L
-
-
-@njit(**_JIT)
 def _dx_row(dst, src, W, w0, wl, af, w0s, wls, zs, xe, L):
     """The x-derivative of an input row (read in place): ``src[x] * wc + (src[x-1] - src[x+1]) * wl``,
     the end columns from the folded columns ``xe`` (``[fold(-1), fold(1), fold(W-2), fold(W)]``,
     -1: a zero)."""
-    j = 1
-    while j < W - 1:
-        n = min(L, W - 1 - j)
-        _stv(dst, j, _anti(_ldv(src, j - 1, n, L), _ldv(src, j, n, L), _ldv(src, j + 1, n, L), w0, wl, af), n, L)
+    # whole vectors from column 0, each lane's neighbours shuffled in from the vectors before and
+    # after (no unaligned loads; nothing past the row is read: the next vector's lanes past W are
+    # masked off); columns 0 and W-1 are redone below from their folded neighbours
+    c = _vldm(src, 0, W)
+    u = c
+    j = 0
+    while j < W:
+        nx = _vldm(src, j + L, W - j - L)
+        _vstm(dst, j, _anti(_vleft(u, c), c, _vright(c, nx), w0, wl, af), W - j)
+        u = c
+        c = nx
         j += L
     for e in range(2 if W > 1 else 1):
         x = e * (W - 1)
@@ -171,12 +168,6 @@ def _pads(T, W, xe, zs, L):
     f1 = xe[3]
     T[L - 1] = T[L + f0] if f0 >= 0 else zs
     T[L + W] = T[L + f1] if f1 >= 0 else zs
-
-
-@njit(inline="always", **_JIT)
-def _last(T, j, n, L, t0, t1, tf):
-    """The last smoothing pass along x of a padded row ``T`` (its data at offset ``L``)."""
-    return _sym(_ldv(T, L - 1 + j, n, L), _ldv(T, L + j, n, L), _ldv(T, L + 1 + j, n, L), t0, t1, tf)
 
 
 @njit(**_JIT)
@@ -206,15 +197,20 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     sD, sH = La[R_SRC + 4], La[R_SRC + 5]
     oK, oD, oH = La[R_OUT + 3], La[R_OUT + 4], La[R_OUT + 5]
     gD, gH = La[R_AUX + 4], La[R_AUX + 5]
+    # the magnitude's sum of squares is (a0**2 + a1**2) + a2**2 in the spec's order; only which
+    # component comes last changes its bits (a sum of two is the same either way round), so the
+    # three terms are picked by lane selects on constant masks (u, v, w: 1 where the last is gz,
+    # gx or gy): no branch or table per vector
+    sels = np.asarray([1.0 if p2 == 0 else 0.0, 1.0 if p2 == 2 else 0.0, 1.0 if p2 == 1 else 0.0, 0.5], Wt.dtype)
+    SP = _ptr(sels.ctypes.data, fz)
+    mz, mx, my, half = _vsplat(SP, 0), _vsplat(SP, 1), _vsplat(SP, 2), _vsplat(SP, 3)
     RQ = (W + L - 1) // L * L + L  # a row's pitch: whole vectors, and one more (an odd number of
     RP = RQ + L  # vectors, mostly: rows do not share cache sets); a padded row's: its data at offset L
     NR = by + 2
     oDX = 0  # ring of 3 planes x NR rows: dx
-    oB = 3 * NR * RQ  # ring of 3 planes x by rows: dy
-    oE = oB + 3 * by * RQ  # NR rows: sz(dx)
-    oZ = oE + NR * RQ  # NR rows: dz
-    oT = oZ + NR * RQ  # 2 padded rows: sz(dy), sy(dz)
-    oC = oT + 2 * RP  # 3 rows of L: the components of a vector to rescale
+    oT = 3 * NR * RQ  # by padded rows: sz(dy); by more: sy(dz)
+    oG = oT + 2 * by * RP  # by rows: gx
+    oC = oG + by * RQ  # 3 rows of L: the components of a vector to rescale
     o0 = oC + 3 * L  # the zero row
     buf = np.zeros(o0 + RP + L, Wt.dtype)
     ba = (buf.ctypes.data + 63) // 64 * 64  # rows of whole, aligned vectors
@@ -223,6 +219,7 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     out = _ptr(oa, fz)
     gp = _ptr(ga, fz)
     ra = np.empty(3 * NR, np.int64)  # ring of 3 planes: the addresses of rows y0-1 .. y1
+    RA = _ptr(ra.ctypes.data, ra[0])
     # the passes a component needs (one component: its own alone)
     need_x = epi != EPI_D_ONE or p0 == 2
     need_y = epi != EPI_D_ONE or p0 == 1
@@ -245,82 +242,117 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
             for q in range(ny + 2):
                 yy = yf[y0 + q]
                 ra[sl * NR + q] = za if zz < 0 or yy < 0 else sa + (sb + zz * sD + yy * sH) * isz
-            R = sl * NR
             for q in range(ny + 2 if need_x else 0):  # dx of the rows y0-1 .. y1 of plane zi
-                _dx_row(_ptr(ba + (oDX + (sl * NR + q) * RQ) * isz, fz), _ptr(ra[R + q], fz), W, w0, wl, af,
+                _dx_row(_ptr(ba + (oDX + (sl * NR + q) * RQ) * isz, fz), _ptr(ra[sl * NR + q], fz), W, w0, wl, af,
                         w0s, wls, zs, xe, L)
-            for q in range(ny if need_y else 0):  # dy of the rows y0 .. y1-1 of plane zi
-                _pass3(_ptr(ba + (oB + (sl * by + q) * RQ) * isz, fz), _ptr(ra[R + q], fz), _ptr(ra[R + q + 1], fz),
-                       _ptr(ra[R + q + 2], fz), w0, wl, af, True, W, L)
             if zi < z0 + 1:
                 continue
             z = zi - 1
             sm = (sl + 1) % 3  # the ring slots of planes z-1, z, z+1
             sc = (sl + 2) % 3
-            for q in range(ny + 2):  # sz(dx), and dz, of the rows y0-1 .. y1
+            # a walk down each vector's column of the block: the three planes' input rows and the
+            # windows of dz and sz(dx) slide through registers; per output row it stores sz(dy)
+            # (each plane's dy formed from the rows it holds), sy(dz) and gx
+            XM = ba + (oDX + sm * NR * RQ) * isz
+            XC = ba + (oDX + sc * NR * RQ) * isz
+            XP = ba + (oDX + sl * NR * RQ) * isz
+            j = 0
+            while j < W:
+                n = W - j
+                a0 = _vldm(_ptr(RA[sm * NR], fz), j, n)  # rows y0-1 (a0, b0, c0) and y0 of planes z-1, z, z+1
+                b0 = _vldm(_ptr(RA[sc * NR], fz), j, n)
+                c0 = _vldm(_ptr(RA[sl * NR], fz), j, n)
+                a1 = _vldm(_ptr(RA[sm * NR + 1], fz), j, n)
+                b1 = _vldm(_ptr(RA[sc * NR + 1], fz), j, n)
+                c1 = _vldm(_ptr(RA[sl * NR + 1], fz), j, n)
+                d0 = _anti(a0, b0, c0, w0, wl, af)  # dz
+                d1 = _anti(a1, b1, c1, w0, wl, af)
+                e0 = d0  # sz(dx)
+                e1 = d0
                 if need_x:
-                    _pass3(_ptr(ba + (oE + q * RQ) * isz, fz), _ptr(ba + (oDX + (sm * NR + q) * RQ) * isz, fz),
-                           _ptr(ba + (oDX + (sc * NR + q) * RQ) * isz, fz),
-                           _ptr(ba + (oDX + (sl * NR + q) * RQ) * isz, fz), s0, s1, sf, False, W, L)
-                if need_z:
-                    _pass3(_ptr(ba + (oZ + q * RQ) * isz, fz), _ptr(ra[sm * NR + q], fz), _ptr(ra[sc * NR + q], fz),
-                           _ptr(ra[sl * NR + q], fz), w0, wl, af, True, W, L)
+                    e0 = _sym(_vldm(_ptr(XM, fz), j, n), _vldm(_ptr(XC, fz), j, n), _vldm(_ptr(XP, fz), j, n),
+                              s0, s1, sf)
+                    e1 = _sym(_vldm(_ptr(XM + RQ * isz, fz), j, n), _vldm(_ptr(XC + RQ * isz, fz), j, n),
+                              _vldm(_ptr(XP + RQ * isz, fz), j, n), s0, s1, sf)
+                for q in range(ny):
+                    a2 = _vldm(_ptr(RA[sm * NR + q + 2], fz), j, n)
+                    b2 = _vldm(_ptr(RA[sc * NR + q + 2], fz), j, n)
+                    c2 = _vldm(_ptr(RA[sl * NR + q + 2], fz), j, n)
+                    if need_y:
+                        _vstm(_ptr(ba + (oT + q * RP + L) * isz, fz), j,
+                              _sym(_anti(a0, a1, a2, w0, wl, af), _anti(b0, b1, b2, w0, wl, af),
+                                   _anti(c0, c1, c2, w0, wl, af), s0, s1, sf), n)
+                    if need_z:
+                        d2 = _anti(a2, b2, c2, w0, wl, af)
+                        _vstm(_ptr(ba + (oT + (by + q) * RP + L) * isz, fz), j, _sym(d0, d1, d2, s0, s1, sf), n)
+                        d0 = d1
+                        d1 = d2
+                    if need_x:
+                        o = (q + 2) * RQ * isz
+                        e2 = _sym(_vldm(_ptr(XM + o, fz), j, n), _vldm(_ptr(XC + o, fz), j, n),
+                                  _vldm(_ptr(XP + o, fz), j, n), s0, s1, sf)
+                        _vstm(_ptr(ba + (oG + q * RQ) * isz, fz), j, _sym(e0, e1, e2, t0, t1, tf), n)
+                        e0 = e1
+                        e1 = e2
+                    a0, b0, c0, a1, b1, c1 = a1, b1, c1, a2, b2, c2
+                j += L
+            # per output row, the x-passes of sz(dy) and sy(dz) over their padded rows (whole
+            # vectors, each lane's neighbours shuffled in from the vectors before and after: the
+            # pads are lanes of those), then the epilogue, stored once
             for q in range(ny):
-                T1 = _ptr(ba + oT * isz, fz)
-                T2 = _ptr(ba + (oT + RP) * isz, fz)
+                T1 = _ptr(ba + (oT + q * RP) * isz, fz)
+                T2 = _ptr(ba + (oT + (by + q) * RP) * isz, fz)
+                GX = _ptr(ba + (oG + q * RQ) * isz, fz)
                 if need_y:
-                    _pass3(_ptr(ba + (oT + L) * isz, fz), _ptr(ba + (oB + (sm * by + q) * RQ) * isz, fz),
-                           _ptr(ba + (oB + (sc * by + q) * RQ) * isz, fz),
-                           _ptr(ba + (oB + (sl * by + q) * RQ) * isz, fz), s0, s1, sf, False, W, L)
                     _pads(T1, W, xe, zs, L)
                 if need_z:
-                    _pass3(_ptr(ba + (oT + RP + L) * isz, fz), _ptr(ba + (oZ + q * RQ) * isz, fz),
-                           _ptr(ba + (oZ + (q + 1) * RQ) * isz, fz), _ptr(ba + (oZ + (q + 2) * RQ) * isz, fz),
-                           s0, s1, sf, False, W, L)
                     _pads(T2, W, xe, zs, L)
-                E0 = _ptr(ba + (oE + q * RQ) * isz, fz)
-                E1 = _ptr(ba + (oE + (q + 1) * RQ) * isz, fz)
-                E2 = _ptr(ba + (oE + (q + 2) * RQ) * isz, fz)
                 orow = ob + z * oD + (y0 + q) * oH
                 grow = gb + z * gD + (y0 + q) * gH
+                u1 = _vld(T1, 0)
+                c1 = _vld(T1, L)
+                u2 = _vld(T2, 0)
+                c2 = _vld(T2, L)
                 j = 0
                 while j < W:
-                    n = min(L, W - j)
-                    if epi == EPI_D_ONE:  # the one component's last pass alone
-                        if p0 == 2:
-                            a0 = _sym(_ldv(E0, j, n, L), _ldv(E1, j, n, L), _ldv(E2, j, n, L), t0, t1, tf)
-                        else:
-                            a0 = _last(T1 if p0 == 1 else T2, j, n, L, t0, t1, tf)
-                        _stv(out, orow + j, a0, n, L)
-                        j += L
-                        continue
-                    gx = _sym(_ldv(E0, j, n, L), _ldv(E1, j, n, L), _ldv(E2, j, n, L), t0, t1, tf)
-                    gy = _last(T1, j, n, L, t0, t1, tf)
-                    gz = _last(T2, j, n, L, t0, t1, tf)
-                    g3 = (gz, gy, gx)
-                    a0, a1, a2 = g3[p0], g3[p1], g3[p2]  # the components in the spec's order
-                    if epi == EPI_D_STACK:
-                        _stv(out, orow + j, a0, n, L)
-                        _stv(out, orow + oK + j, a1, n, L)
-                        _stv(out, orow + 2 * oK + j, a2, n, L)
+                    n = W - j
+                    n1 = _vld(T1, 2 * L + j)
+                    n2 = _vld(T2, 2 * L + j)
+                    gx = _vldm(GX, j, n)
+                    gy = _sym(_vleft(u1, c1), c1, _vright(c1, n1), t0, t1, tf)
+                    gz = _sym(_vleft(u2, c2), c2, _vright(c2, n2), t0, t1, tf)
+                    u1, c1, u2, c2 = c1, n1, c2, n2
+                    if epi == EPI_D_MAG:
+                        a0 = _vselge(mz, half, gy, gz)  # the first two in either order, and the last
+                        a1 = _vselge(mx, half, gy, gx)
+                        a2 = _vselge(mz, half, gz, _vselge(my, half, gy, gx))
+                    else:
+                        g3 = (gz, gy, gx)
+                        a0, a1, a2 = g3[p0], g3[p1], g3[p2]  # the components in the spec's order
+                    if epi == EPI_D_ONE:  # the one component alone
+                        _vstm(out, orow + j, a0, n)
+                    elif epi == EPI_D_STACK:
+                        _vstm(out, orow + j, a0, n)
+                        _vstm(out, orow + oK + j, a1, n)
+                        _vstm(out, orow + 2 * oK + j, a2, n)
                     else:
                         s = _vadd(_vadd(_vmul(a0, a0), _vmul(a1, a1)), _vmul(a2, a2))
                         if epi == EPI_D_MAG:
-                            _stv(out, orow + j, _vsqrt(s), n, L)
+                            _vstm(out, orow + j, _vsqrt(s), n)
                         else:
-                            f = _vscale(_ldv(gp, grow + j, n, L), _vsqrt(s))
-                            _stv(out, orow + j, _vmul(f, a0), n, L)
-                            _stv(out, orow + oK + j, _vmul(f, a1), n, L)
-                            _stv(out, orow + 2 * oK + j, _vmul(f, a2), n, L)
+                            f = _vscale(_vldm(gp, grow + j, n), _vsqrt(s))
+                            _vstm(out, orow + j, _vmul(f, a0), n)
+                            _vstm(out, orow + oK + j, _vmul(f, a1), n)
+                            _vstm(out, orow + 2 * oK + j, _vmul(f, a2), n)
                         if _vmagodd(s) and _vmagbad(s, _vmaxabs(_vmaxabs(_vmaxabs(zv, a0), a1), a2)):
                             C = _ptr(ba + oC * isz, fz)  # (rare) the rescaled formula, lane by lane
-                            _stv(C, 0, a0, L, L)
-                            _stv(C, L, a1, L, L)
-                            _stv(C, 2 * L, a2, L, L)
+                            _vst(C, 0, a0)
+                            _vst(C, L, a1)
+                            _vst(C, 2 * L, a2)
                             if epi == EPI_D_MAG:
-                                _mag_fix(out, orow + j, 1, B, oC, L, 3, n)
+                                _mag_fix(out, orow + j, 1, B, oC, L, 3, min(n, L))
                             else:
-                                _mag_vjp_fix(B, oC, L, out, orow + j, oK, 3, n, gp, grow + j, 1)
+                                _mag_vjp_fix(B, oC, L, out, orow + j, oK, 3, min(n, L), gp, grow + j, 1)
                     j += L
     # (numba frees an array after its last use: the buffers read through raw pointers live to here)
-    return buf.size + ra.size + Wt.size + Ma.size + La.size
+    return sels.size + buf.size + ra.size + Wt.size + Ma.size + La.size
