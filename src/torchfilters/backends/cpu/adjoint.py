@@ -342,7 +342,6 @@ def _make_filter_bwd(EPI):
             p = it // NB
             u0 = (it % NB) * BR
             u1 = min(H, u0 + BR)
-            xb = _poff(L, np.int64(R_X), p)
             gb = _poff(L, np.int64(R_G), p)
             ob = _poff(L, np.int64(R_O), p)
             _fill(B, A0, (u1 - u0) * W, Fc[F_ZERO])
