@@ -78,10 +78,16 @@ def test_radius_larger_than_the_image(mode, launches):
     assert _fast(launches)
 
 
-def test_large_planes_strips_and_blocks(launches):
+@pytest.mark.parametrize("span", (None, 0))
+def test_large_planes_strips_and_blocks(launches, monkeypatch, span):
     """Row blocks across threads, column strips (wider than ``_FULL_W``, wrap's pads computed
-    from the far strip), the ring tile, float32."""
+    from the far strip), float32 and float64 rows read in place (``span`` None) or through the
+    ring tile (0), which is the same arithmetic: the same bits."""
+    monkeypatch.setattr(separable, "_INPLACE_SPAN", span)
     old = separable._FULL_W, separable._STRIP_W
+    seen = []
+    inplace_ok = separable.inplace_ok
+    monkeypatch.setattr(cpu, "inplace_ok", lambda *a: seen.append(inplace_ok(*a)) or seen[-1])
     try:
         separable._FULL_W, separable._STRIP_W = 96, 64
         x = rand(1, 90, 250, seed=3)
@@ -91,10 +97,16 @@ def test_large_planes_strips_and_blocks(launches):
                 assert_close(y, sp_gaussian_filter(x, sigma, mode=mode, cval=0.25), rtol=1e-12, msg=mode)
                 yf = tf.gaussian_filter(x.float(), sigma, mode=mode, cval=0.25, backend="cpu")
                 assert_close(yf, sp_gaussian_filter(x, sigma, mode=mode, cval=0.25), rtol=2e-6, msg=mode)
+                if span == 0:  # the ring's bits are the in-place path's
+                    monkeypatch.setattr(separable, "_INPLACE_SPAN", None)
+                    assert torch.equal(yf, tf.gaussian_filter(x.float(), sigma, mode=mode, cval=0.25, backend="cpu"))
+                    assert torch.equal(y, tf.gaussian_filter(x, sigma, mode=mode, cval=0.25, backend="cpu"))
+                    monkeypatch.setattr(separable, "_INPLACE_SPAN", 0)
     finally:
         separable._FULL_W, separable._STRIP_W = old
         separable._plan_cache.clear()
     assert _fast(launches)
+    assert seen and set(seen) == {span is None} | ({True} if span == 0 else set())
 
 
 def test_float32_sizes_around_the_vector_width(launches):

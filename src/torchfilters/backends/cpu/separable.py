@@ -10,10 +10,9 @@ Per work item (a few whole planes, or a block of rows of one column strip of a l
   per vector of columns, with the taps folded (``w_k * (x[i-k] + x[i+k])``: half the
   multiplies) and the eight input rows a block reads kept in registers as they slide (two
   loads per tap for four outputs; eight rows at once spilled accumulators to the stack).
-  Input rows come straight from the input (float32/float64 rows of unit stride
-  whose window fits L1) or from a small ring tile that converts float16/bfloat16, gathers
-  strided rows and breaks the 4 KiB aliasing of power-of-two row strides.  Boundary modes fold
-  whole rows through a table (``constant``: a row of ``cval``).
+  Input rows come straight from the input (float32/float64 rows of unit stride) or from
+  a small ring tile that converts float16/bfloat16 and gathers strided rows.  Boundary modes
+  fold whole rows through a table (``constant``: a row of ``cval``).
 * **Pads.**  The intermediate rows get ``r`` columns on each side, folded from the row itself
   (or computed, in ``wrap`` mode on strips) -- or ``cval`` in ``constant`` mode: SciPy pads
   the first pass's *result* with ``cval``, so its sequential semantics come out exactly.
@@ -58,8 +57,13 @@ R = 8
 #: widest image processed in one strip; wider ones are cut into strips of about _STRIP_W
 _FULL_W = 8192
 _STRIP_W = 4096
-#: in place: the vertical window (R + 2r rows) must span at most this many bytes
-_INPLACE_SPAN = 32 << 10
+#: in place: the vertical window (``R + 2r`` rows) may span at most this many bytes (None: any
+#: window).  Rows are read in place whenever they can be: on the Ice Lake host of the seventh
+#: session every window measured ran faster in place than through the ring tile (a 2-D Gaussian
+#: of 4096x4096 float32 19-20 -> 12-16 ms, float64 40-41 -> 26-28 ms, a 1-D pass along 4096-wide
+#: rows 29-31 -> 15 ms; 4 KiB-aliased row strides included); 32 KiB before, set on a Zen 5 host
+#: without a measurement on record.  The tests set 0 to run the ring tile on float32 / float64.
+_INPLACE_SPAN = None
 #: target rows per work item on large planes
 _BLOCK_ROWS = 64
 
@@ -269,12 +273,12 @@ def sep_plan(info, H, W, N, nthreads, itemsize):
 
 
 def inplace_ok(x, itemsize, info):
-    """May the vertical pass read ``x``'s rows in place?  (Unit column stride and a window of
-    rows that fits L1; the caller checks that the storage is float32/float64.)"""
+    """May the vertical pass read ``x``'s rows in place?  (Unit column stride, and a window of
+    rows within ``_INPLACE_SPAN``; the caller checks that the storage is float32/float64.)"""
     if x.stride(-1) != 1 and x.shape[-1] > 1:
         return False
     rv = len(info[0]) - 1
-    return (R + 2 * max(rv, 1)) * x.stride(-2) * itemsize <= _INPLACE_SPAN
+    return _INPLACE_SPAN is None or (R + 2 * max(rv, 1)) * x.stride(-2) * itemsize <= _INPLACE_SPAN
 
 
 # =============================================================================
