@@ -476,6 +476,42 @@ def test_symmetric_kernels_along_one_axis_on_many_rows(engine, k):
             assert_close(y, ndi.uniform_filter1d(b, k, axis, mode="wrap"), rtol=1e-12, msg=f"{shape} {axis}")
 
 
+def test_one_axis_filters_run_on_planes_of_the_inputs_rows(monkeypatch):
+    """A 1-D filter along the last axis of a batch runs on the planar engine as planes of the
+    input's own rows (a 2-D spec that reads nothing along -2), not as one plane per row: each
+    row is still filtered alone, in every mode (``constant``'s cval rows are never read),
+    forward and backward.  A 1-D input still runs as a plane of one row."""
+    from torchfilters.backends import cpu
+
+    seen = []  # (H, W) of the planes each CPU launch of the separable or tiled path ran on
+    sep, plan = cpu._sep_launch, cpu._plan
+    monkeypatch.setattr(cpu, "_sep_launch", lambda x, o2, L, si, H, W, *a, **k: seen.append((H, W)) or sep(x, o2, L, si, H, W, *a, **k))
+    monkeypatch.setattr(cpu, "_plan", lambda info, H, W, *a: seen.append((H, W)) or plan(info, H, W, *a))
+    x = rand(2, 3, 6, 9, seed=11)
+    xn = to_np(x)
+    k = ndi._filters._gaussian_kernel1d(1.3, 0, int(4 * 1.3 + 0.5))
+    for mode in BASE_MODES:
+        seen.clear()
+        xg = x.clone().requires_grad_(True)
+        y = tf.gaussian_filter1d(xg, 1.3, -1, mode=mode, cval=7.5, backend="cpu")
+        assert_close(y.detach(), ndi.gaussian_filter1d(xn, 1.3, -1, mode=mode, cval=7.5), rtol=1e-12, msg=mode)
+        g = rand(*y.shape, seed=12)
+        (gx,) = torch.autograd.grad(y, xg, g)
+        if mode == "constant":  # the adjoint of a constant-mode pass: the flipped pass with zeros outside
+            assert_close(gx, ndi.correlate1d(to_np(g), k[::-1], -1, mode="constant", cval=0.0), rtol=1e-12)
+        assert seen == [(6, 9), (6, 9)], (mode, seen)  # forward and backward on planes of the input's rows
+        assert_close(tf.uniform_filter1d(x, 4, -1, mode=mode, cval=7.5, origin=1, backend="cpu"),
+                     ndi.uniform_filter1d(xn, 4, -1, mode=mode, cval=7.5, origin=1), rtol=1e-12)
+        assert_close(tf.correlate1d(x, [0.5, -2.0, 1.0, 3.0], -1, mode=mode, cval=7.5, backend="cpu"),
+                     ndi.correlate1d(xn, [0.5, -2.0, 1.0, 3.0], -1, mode=mode, cval=7.5), rtol=1e-12)
+        assert all(h == 6 for h, _ in seen), (mode, seen)
+    seen.clear()
+    sig = rand(17, seed=13)
+    assert_close(tf.gaussian_filter1d(sig, 1.3, mode="constant", cval=7.5, backend="cpu"),
+                 ndi.gaussian_filter1d(to_np(sig), 1.3, mode="constant", cval=7.5), rtol=1e-12)
+    assert seen == [(1, 17)], seen  # a 1-D input: a plane of one row
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_plans_cached_for_one_batch_size_serve_another(engine):
     """A found bug: the separable path cached its number of work items with its plan, so a

@@ -1,8 +1,12 @@
 """Specs of 1, 2 or 3 spatial axes on an engine built for planes ``(..., H, W)``.
 
-The CPU and Triton engines tile planes.  A spec that acts on one axis runs on them as a
-plane of one row (the tensor gets a length-1 axis ``-2``, a view); a spec of three axes
-that reads nothing along the first runs as the 2-D spec it is.  Per-axis modes reach a
+The CPU and Triton engines tile planes.  A spec that acts on one axis runs on them as planes
+whose rows are the input's rows (axis ``-2``, along which the 2-D spec reads nothing: each
+row is filtered alone), or, for a 1-D input or a stack of several components (whose axis
+lands at -2), as planes of one row (the tensor gets a length-1 axis ``-2``, a view); a spec
+of three axes that reads nothing along the first runs as the 2-D spec it is.  (Planes of
+one row cost the engines their per-plane work per row: a 1-D pass along the 28-wide rows
+of a ``(200, 128, 28, 28)`` batch took 2.4 times a whole 2-D Gaussian's time.)  Per-axis modes reach a
 planar engine only as one mode: where the axes that a spec reads outside the image have
 different modes, or a spec needs a third axis, :func:`adapt`'s entry points hand it to a
 volume engine (or the reference engine).
@@ -84,6 +88,12 @@ def _u(t):
     return None if t is None else t.unsqueeze(-2)
 
 
+def _rows(x, spec):
+    """Whether a one-axis spec (``planar``'s ``unsqueeze``) may run on ``x`` as it is: planes of
+    its own rows (its output has the input's shape, and ``x`` has a row axis)."""
+    return x.dim() >= 2 and tuple(spec.out_shape(x.shape)) == tuple(x.shape)
+
+
 def adapt(engine, fallback):
     """The four entry points of a planar ``engine`` (a module with ``filter_forward`` ...), for
     specs of any ``ndim``: what :func:`planar` cannot map goes to ``fallback`` (a module with
@@ -94,7 +104,7 @@ def adapt(engine, fallback):
         if p is None:
             return fallback.filter_forward(x, spec, out)
         s2, u = p
-        if not u:
+        if not u or _rows(x, s2):
             return engine.filter_forward(x, s2, out)
         y = engine.filter_forward(x.unsqueeze(-2), s2, _u(out))
         return out if out is not None else y.squeeze(-2)
@@ -104,7 +114,7 @@ def adapt(engine, fallback):
         if p is None:
             return fallback.filter_backward(grad, x, spec, out)
         s2, u = p
-        if not u:
+        if not u or _rows(x, s2):
             return engine.filter_backward(grad, x, s2, out)
         y = engine.filter_backward(grad.unsqueeze(-2), x.unsqueeze(-2), s2, _u(out))
         return out if out is not None else y.squeeze(-2)
@@ -114,7 +124,7 @@ def adapt(engine, fallback):
         if p is None:
             return fallback.blur_forward(x, mask, spec, threshold, out)
         s2, u = p
-        if not u:
+        if not u or _rows(x, s2):
             return engine.blur_forward(x, mask, s2, threshold, out)
         y = engine.blur_forward(x.unsqueeze(-2), _u(mask), s2, threshold, _u(out))
         return out if out is not None else y.squeeze(-2)
@@ -124,7 +134,7 @@ def adapt(engine, fallback):
         if p is None:
             return fallback.blur_backward(grad, x, mask, spec, threshold, out)
         s2, u = p
-        if not u:
+        if not u or _rows(x, s2):
             return engine.blur_backward(grad, x, mask, s2, threshold, out)
         y = engine.blur_backward(grad.unsqueeze(-2), x.unsqueeze(-2), _u(mask), s2, threshold, _u(out))
         return out if out is not None else y.squeeze(-2)
