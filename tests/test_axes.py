@@ -512,6 +512,35 @@ def test_one_axis_filters_run_on_planes_of_the_inputs_rows(monkeypatch):
     assert seen == [(1, 17)], seen  # a 1-D input: a plane of one row
 
 
+def test_a_depth_pass_is_a_vertical_pass_of_the_merged_planes(monkeypatch):
+    """Two or more unchosen axes after the last chosen one merge into one (a view): a 1-D
+    filter along D of a ``(B, D, H, W)`` batch is a vertical pass of ``(B, D, H * W)`` planes on
+    the planar engine, SciPy's values in every mode; a layout that does not merge keeps the
+    volume engine; ``out=`` that does not merge is filled through a temporary."""
+    from torchfilters.backends import cpu
+    from torchfilters.functional._core import layout
+
+    seen = []
+    sep = cpu._sep_launch
+    monkeypatch.setattr(cpu, "_sep_launch", lambda x, o2, L, si, H, W, *a, **k: seen.append((H, W)) or sep(x, o2, L, si, H, W, *a, **k))
+    x = rand(2, 7, 5, 6, seed=21)
+    xn = to_np(x)
+    assert layout(x, (1,)).merge == 2 and layout(x, (1,)).ndim == 2
+    assert layout(x, (1, 2)).merge == 0  # one unchosen axis after the last chosen one: as it is
+    for mode in BASE_MODES:
+        seen.clear()
+        y = tf.gaussian_filter1d(x, 1.1, 1, mode=mode, cval=2.5, backend="cpu")
+        assert_close(y, ndi.gaussian_filter1d(xn, 1.1, 1, mode=mode, cval=2.5), rtol=1e-12, msg=mode)
+        assert seen == [(7, 30)], seen
+    xt = x.transpose(2, 3)  # H and W do not merge: the volume engine, the same values
+    assert layout(xt, (1,)).ndim == 3
+    assert_close(tf.gaussian_filter1d(xt, 1.1, 1, mode="wrap", backend="cpu"),
+                 ndi.gaussian_filter1d(to_np(xt), 1.1, 1, mode="wrap"), rtol=1e-12)
+    out = torch.empty(2, 7, 6, 5, dtype=x.dtype).transpose(2, 3)
+    assert tf.gaussian_filter1d(x, 1.1, 1, mode="mirror", out=out, backend="cpu") is out
+    assert_close(out, ndi.gaussian_filter1d(xn, 1.1, 1, mode="mirror"), rtol=1e-12)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_plans_cached_for_one_batch_size_serve_another(engine):
     """A found bug: the separable path cached its number of work items with its plan, so a

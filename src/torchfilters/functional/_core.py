@@ -6,8 +6,9 @@
 * when the chosen axes lie within the last three (``(-3, -1)``, ``(-2, -1)``, ``-2`` ...),
   the spec spans the trailing axes from the first chosen one; an unchosen axis inside that
   window is filtered by nothing (no pass, no tap) -- the tensor is passed as it is;
-* when the axes after the last chosen one merge into one (a view: ``correlate1d`` along axis 0
-  of a contiguous ``(N, C, H, W)``), they do, and the same window rule applies;
+* when two or more axes follow the last chosen one and they merge into one (a view:
+  ``correlate1d`` along axis 0 of a contiguous ``(N, C, H, W)``, or along ``D`` of a
+  ``(D, H, W)`` volume), they do, and the same window rule applies;
 * otherwise (video ``(B, T, C, H, W)`` over ``T, H, W``) the chosen axes are moved behind the
   others, in their order, as a permuted view, and the result is permuted back.
 
@@ -125,7 +126,10 @@ def layout(x: Tensor, axes, default=(-2, -1)) -> Layout:
         )
     ax = check_axes(axes, dim, default)
     first, last = min(ax), max(ax)
-    if dim - first <= 3:
+    # two or more unchosen axes after the last chosen one merge into one where they can: the
+    # spec then has fewer axes (a pass along D of (D, H, W) is a vertical pass of (D, H*W),
+    # which the planar engines run, instead of a pass of three axes)
+    if (dim - first <= 3 and dim - last < 3) or (dim - first <= 3 and not _mergeable(x, last + 1)):
         return Layout(dim, ax, dim - first, None)
     if last + 2 - first <= 3 and _mergeable(x, last + 1):
         return Layout(dim, ax, last + 2 - first, None, last + 1)
