@@ -541,6 +541,37 @@ def test_a_depth_pass_is_a_vertical_pass_of_the_merged_planes(monkeypatch):
     assert_close(out, ndi.gaussian_filter1d(xn, 1.1, 1, mode="mirror"), rtol=1e-12)
 
 
+def test_one_axis_blur_empty_merges_and_outs_across_unit_axes():
+    """Found by review of the two layout changes: a one-axis ``selective_blur`` raised
+    ``AttributeError`` (a blur spec has no ``out_shape``); an empty tensor whose trailing axes
+    merge raised from ``reshape(..., -1)``; an ``out=`` whose axes merge only by skipping a
+    length-1 axis was taken as mergeable and raised from ``view``."""
+    x = rand(4, 6, seed=31)
+    xg = x.clone().requires_grad_(True)
+    for be in ("cpu", None):
+        y = tf.selective_blur(xg, 0.3, sigma=1.0, axes=(-1,), backend=be) if be else tf.selective_blur(xg, 0.3, sigma=1.0, axes=(-1,))
+        yr = tf.selective_blur(x, 0.3, sigma=1.0, axes=(-1,), backend="reference")
+        assert_close(y.detach(), yr, rtol=1e-12)
+        (g,) = torch.autograd.grad(y.sum(), xg)
+        xr = x.clone().requires_grad_(True)
+        (gr,) = torch.autograd.grad(tf.selective_blur(xr, 0.3, sigma=1.0, axes=(-1,), backend="reference").sum(), xr)
+        assert_close(g, gr, rtol=1e-12)
+    m = torch.rand(4, 6) > 0.5
+    assert_close(tf.selective_blur(x, mask=m, sigma=1.0, axes=(0,), backend="cpu"),
+                 tf.selective_blur(x, mask=m, sigma=1.0, axes=(0,), backend="reference"), rtol=1e-12)
+    for shape, axis in (((2, 0, 4, 5), 1), ((0, 3, 4, 5), 0), ((0, 3, 4, 5), 1), ((0, 4, 5), 0)):
+        for be in ENGINES:
+            e = tf.gaussian_filter1d(torch.randn(shape, dtype=torch.float64), 1.0, axis, backend=be)
+            assert e.shape == shape
+            assert tf.median_filter(torch.randn(shape, dtype=torch.float64), 3, axes=(axis,), backend=be).shape == shape
+    x = rand(2, 6, 1, 3, seed=32)
+    for axis in (0, 1):
+        for out in (torch.zeros(2, 6, 2, 3, dtype=x.dtype)[..., 1:, :],
+                    torch.zeros(2, 6, 1, 3, dtype=x.dtype).contiguous(memory_format=torch.channels_last)):
+            assert tf.gaussian_filter1d(x, 1.2, axis, out=out, backend="cpu") is out
+            assert_close(out, ndi.gaussian_filter1d(to_np(x), 1.2, axis), rtol=1e-12)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_plans_cached_for_one_batch_size_serve_another(engine):
     """A found bug: the separable path cached its number of work items with its plan, so a

@@ -90,8 +90,11 @@ def _u(t):
 
 def _rows(x, spec):
     """Whether a one-axis spec (``planar``'s ``unsqueeze``) may run on ``x`` as it is: planes of
-    its own rows (its output has the input's shape, and ``x`` has a row axis)."""
-    return x.dim() >= 2 and tuple(spec.out_shape(x.shape)) == tuple(x.shape)
+    its own rows (its output has the input's shape, and ``x`` has a row axis; a blur's output
+    always has the input's shape)."""
+    if x.dim() < 2:
+        return False
+    return not isinstance(spec, FilterSpec) or tuple(spec.out_shape(x.shape)) == tuple(x.shape)
 
 
 def adapt(engine, fallback):

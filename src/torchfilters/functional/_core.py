@@ -77,7 +77,7 @@ class Layout(NamedTuple):
 
     def to_engine(self, x: Tensor) -> Tensor:
         if self.merge:  # a view for the input (checked); a mask that does not merge is copied
-            return x.reshape(x.shape[: self.merge] + (-1,))
+            return x.reshape(_merged(x.shape, self.merge))
         return x if self.perm is None else x.permute(self.perm)
 
     def _k_perm(self):
@@ -102,7 +102,7 @@ class Layout(NamedTuple):
 
     def out_to_engine(self, out: Tensor | None, components: bool) -> Tensor | None:
         if self.merge and out is not None:
-            return out.view(out.shape[: self.merge + bool(components)] + (-1,))
+            return out.view(_merged(out.shape, self.merge + bool(components)))
         if out is None or self.perm is None:
             return out
         return out.permute(self._k_perm()[1]) if components else out.permute(self.perm)
@@ -138,13 +138,17 @@ def layout(x: Tensor, axes, default=(-2, -1)) -> Layout:
     return Layout(dim, ax, len(ax), perm)
 
 
+def _merged(shape, start: int) -> tuple:
+    """``shape`` with the axes ``start..`` as one (their product: ``-1`` cannot tell the size
+    of an empty tensor's merged axis)."""
+    return tuple(shape[:start]) + (math.prod(shape[start:]),)
+
+
 def _mergeable(x: Tensor, start: int) -> bool:
-    """Do the axes ``start..`` of ``x`` merge into one axis without a copy (``view``)?"""
-    size, stride = x.shape[start:], x.stride()[start:]
-    for i in range(len(size) - 1):
-        if size[i] != 1 and size[i + 1] != 1 and stride[i] != stride[i + 1] * size[i + 1]:
-            return False
-    return True
+    """Do the axes ``start..`` of ``x`` merge into one axis without a copy (``view``)?  (Axes
+    of length 1 take no part: their neighbours must merge across them.)"""
+    dims = [(n, s) for n, s in zip(x.shape[start:], x.stride()[start:]) if n != 1]
+    return all(s == dims[i + 1][1] * dims[i + 1][0] for i, (_, s) in enumerate(dims[:-1]))
 
 
 # --------------------------------------------------------------------- engines
