@@ -213,8 +213,9 @@ def _blur_backward_planes(grad, x, mask, spec: BlurSpec, threshold: float, out=N
     return o
 
 
-# specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of one row, or the volume
-# engine where no plane engine fits (it hands what it does not run to the reference engine)
+# specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of the input's rows (or of one
+# row), or the volume engine where no plane engine fits (it hands what it does not run to the
+# reference engine)
 from . import volume  # noqa: E402
 
 filter_forward, filter_backward, blur_forward, blur_backward = adapt(

@@ -405,8 +405,9 @@ def _chained(name, *args, **kw):
     return y if y is not None else _fallback(name, *args, **kw)
 
 
-# specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of one row, the fused 3x3x3
-# gradient, chains of plane launches, or the reference engine where no Triton kernel fits
+# specs of 1 or 3 axes, or per-axis modes (``_planar``): planes of the input's rows (or of one
+# row), the fused 3x3x3 gradient, chains of plane launches, or the reference engine where no
+# Triton kernel fits
 filter_forward, filter_backward, blur_forward, blur_backward = _adapt(
     SimpleNamespace(filter_forward=_filter_forward_planes, filter_backward=_filter_backward_planes,
                     blur_forward=_blur_forward_planes, blur_backward=_blur_backward_planes),
