@@ -129,9 +129,10 @@ def layout(x: Tensor, axes, default=(-2, -1)) -> Layout:
     # two or more unchosen axes after the last chosen one merge into one where they can: the
     # spec then has fewer axes (a pass along D of (D, H, W) is a vertical pass of (D, H*W),
     # which the planar engines run, instead of a pass of three axes)
-    if (dim - first <= 3 and dim - last < 3) or (dim - first <= 3 and not _mergeable(x, last + 1)):
+    merges = dim - last >= 3 and _mergeable(x, last + 1)
+    if dim - first <= 3 and not merges:
         return Layout(dim, ax, dim - first, None)
-    if last + 2 - first <= 3 and _mergeable(x, last + 1):
+    if last + 2 - first <= 3 and (merges or _mergeable(x, last + 1)):
         return Layout(dim, ax, last + 2 - first, None, last + 1)
     chosen = sorted(ax)
     perm = tuple(a for a in range(dim) if a not in chosen) + tuple(chosen)

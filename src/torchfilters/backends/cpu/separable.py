@@ -58,11 +58,9 @@ R = 8
 _FULL_W = 8192
 _STRIP_W = 4096
 #: in place: the vertical window (``R + 2r`` rows) may span at most this many bytes (None: any
-#: window).  Rows are read in place whenever they can be: on the Ice Lake host of the seventh
-#: session every window measured ran faster in place than through the ring tile (a 2-D Gaussian
-#: of 4096x4096 float32 19-20 -> 12-16 ms, float64 40-41 -> 26-28 ms, a 1-D pass along 4096-wide
-#: rows 29-31 -> 15 ms; 4 KiB-aliased row strides included); 32 KiB before, set on a Zen 5 host
-#: without a measurement on record.  The tests set 0 to run the ring tile on float32 / float64.
+#: window, the default: in place ran faster than the ring tile in every case measured,
+#: benchmarks/RESULTS-cpu.md, seventh session).  The tests set 0 to run the ring tile on
+#: float32 / float64.
 _INPLACE_SPAN = None
 #: target rows per work item on large planes
 _BLOCK_ROWS = 64

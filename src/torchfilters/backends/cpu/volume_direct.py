@@ -105,6 +105,12 @@ def _direct(spec, sign, sizes, nv, nthreads, epilogue):
              + [_fold1(W, i, mx) for i in (-1, 1, W - 2, W)])
     M = np.asarray([D, H, W, BY, nyb, zc, nzc, epi, af, _form(w[2], w[3]), *order, _form(w[5], w[6])] + folds,
                    np.int64)
+    # the magnitude's sum of squares is (a0**2 + a1**2) + a2**2 in the spec's order; only which
+    # component comes last changes its bits (a sum of two is the same either way round): the
+    # kernel picks the three terms by lane selects on these masks (1 where the last component is
+    # gz, gx, gy; then 0.5, the select's threshold), no branch or table per vector
+    p2 = order[2]
+    w = np.concatenate([w, [float(p2 == 0), float(p2 == 2), float(p2 == 1), 0.5]])
     return DirectPlan(w, w.astype(np.float32), M, nv * nyb * nzc)
 
 
@@ -173,7 +179,8 @@ def _pads(T, W, xe, zs, L):
 @njit(**_JIT)
 def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     """Work items ``it0 .. it1`` (module docstring): source ``sa``, output ``oa``, the gradient
-    ``ga`` (``magscale``), weights ``Wt = [wc, wl, s0, s1, 0, t0, t1]`` of the compute dtype, ``M``, the
+    ``ga`` (``magscale``), weights ``Wt = [wc, wl, s0, s1, 0, t0, t1]`` and the magnitude's term masks
+    (:func:`_direct`) of the compute dtype, ``M``, the
     layout ``La`` (``volume_kernels``' roles)."""
     fz = Wt[0]
     L = _VL(fz)
@@ -197,13 +204,7 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
     sD, sH = La[R_SRC + 4], La[R_SRC + 5]
     oK, oD, oH = La[R_OUT + 3], La[R_OUT + 4], La[R_OUT + 5]
     gD, gH = La[R_AUX + 4], La[R_AUX + 5]
-    # the magnitude's sum of squares is (a0**2 + a1**2) + a2**2 in the spec's order; only which
-    # component comes last changes its bits (a sum of two is the same either way round), so the
-    # three terms are picked by lane selects on constant masks (u, v, w: 1 where the last is gz,
-    # gx or gy): no branch or table per vector
-    sels = np.asarray([1.0 if p2 == 0 else 0.0, 1.0 if p2 == 2 else 0.0, 1.0 if p2 == 1 else 0.0, 0.5], Wt.dtype)
-    SP = _ptr(sels.ctypes.data, fz)
-    mz, mx, my, half = _vsplat(SP, 0), _vsplat(SP, 1), _vsplat(SP, 2), _vsplat(SP, 3)
+    mz, mx, my, half = _vsplat(WP, 7), _vsplat(WP, 8), _vsplat(WP, 9), _vsplat(WP, 10)  # (:func:`_direct`)
     RQ = (W + L - 1) // L * L + L  # a row's pitch: whole vectors, and one more (an odd number of
     RP = RQ + L  # vectors, mostly: rows do not share cache sets); a padded row's: its data at offset L
     NR = by + 2
@@ -355,4 +356,4 @@ def _k_grad3(sa, oa, ga, Wt, Ma, La, it0, it1):
                                 _mag_vjp_fix(B, oC, L, out, orow + j, oK, 3, min(n, L), gp, grow + j, 1)
                     j += L
     # (numba frees an array after its last use: the buffers read through raw pointers live to here)
-    return sels.size + buf.size + ra.size + Wt.size + Ma.size + La.size
+    return buf.size + ra.size + Wt.size + Ma.size + La.size
