@@ -9,6 +9,7 @@ Sections (``--only``):
   v        3-D volumes: Sobel gradient magnitude (2, 1, 128^3), gaussian_filter sigma=2 (1, 1, 192^3),
            a dense 3x3x3 correlate (2, 1, 128^3), selective_blur (2, 1, 128^3)
   d        time per element from 1e4 to 4e8 elements, and call latency at (1, 1, 28, 28)
+  latency  call latency alone
   lap      laplace and uniform_filter(size=5) on (64, 64, 64, 64); gaussian_laplace(sigma=2) on 4096x4096
   rank     maximum_filter(size=15) on 4096x4096; median_filter(size=3, 5) on (64, 3, 256, 256)
   canny    canny on (16, 1, 512, 512) float32 (camera + noise) against scikit-image and OpenCV
@@ -602,16 +603,21 @@ def section_d():
         vals = [per[n][j] for n in big]
         ratio_line(f"{name}: time per element varies {max(vals) / min(vals):.2f}x over numel 1e6..4e8 (target <= 1.5x)")
 
+    section_latency()
+
+
+def section_latency():
     print("\n(d) call latency, (1, 1, 28, 28) float32")
     S = "d latency"
     x = torch.randn(1, 1, 28, 28)
     t_add = row(S, "torch.add(x, x)", median(lambda: torch.add(x, x)))
     t_gm = row(S, "torchfilters.gradient_magnitude(x)", median(lambda: tf.gradient_magnitude(x)))
     t_sb = row(S, "torchfilters.selective_blur(x)", median(lambda: tf.selective_blur(x)))
+    t_g = row(S, "torchfilters.gaussian_filter(x, 2.0)", median(lambda: tf.gaussian_filter(x, 2.0)))
     xr = x.clone().requires_grad_()
     t_ag = row(S, "torchfilters.gradient_magnitude(x) (requires_grad: custom op)", median(lambda: tf.gradient_magnitude(xr)))
     ratio_line(f"gradient_magnitude latency {t_gm / t_add:.1f}x torch.add (target <= 15x); selective_blur "
-               f"{t_sb / t_add:.1f}x; with autograd recording {t_ag / t_add:.1f}x")
+               f"{t_sb / t_add:.1f}x; gaussian_filter {t_g / t_add:.1f}x; with autograd recording {t_ag / t_add:.1f}x")
 
 
 # --------------------------------------------------------------------------- startup
@@ -812,7 +818,7 @@ def main(argv=None):
     print(f"first torchfilters call: {time.perf_counter() - t0:.2f} s")
     sections = {"a": section_a, "b": section_b, "a2": section_a2, "c": section_c, "v": section_v,
                 "lap": section_lap, "rank": section_rank, "canny": section_canny, "d": section_d,
-                "startup": section_startup}
+                "latency": section_latency, "startup": section_startup}
     for name in args.only.split(","):
         sections[name.strip()]()
     end = _load_change(start)

@@ -398,6 +398,36 @@ def test_axes_of_the_wrong_type(axes):
         tf.gaussian_filter(torch.zeros(3, 4), 1.0, axes=axes)
 
 
+@pytest.mark.parametrize("good, bad", [((0, 1), (False, 1)), ((0, 1), (0.0, 1)), (1, 1.0), (1, True)], ids=repr)
+def test_axes_of_the_wrong_type_after_equal_ints(good, bad):
+    """Layouts are memoised by ``axes``; ``False``/``0.0`` equal ``0`` as keys, yet a call with
+    them after the ints' call must still be refused."""
+    x = torch.zeros(3, 4)
+    tf.gaussian_filter(x, 1.0, axes=good, backend="reference")
+    with raises(TypeError, "axes"):
+        tf.gaussian_filter(x, 1.0, axes=bad, backend="reference")
+    tf.gradient_magnitude(x, axes=good, backend="reference")
+    with raises(TypeError, "axes"):
+        tf.gradient_magnitude(x, axes=bad, backend="reference")
+
+
+@pytest.mark.parametrize("kw, exc, word", [
+    ({"sigma": True}, TypeError, "sigma"),
+    ({"sigma": 1, "order": False}, TypeError, "order"),
+    ({"sigma": float("nan")}, ValueError, "sigma"),
+    ({"sigma": 1.0, "truncate": float("inf")}, ValueError, "truncate"),
+], ids=repr)
+def test_gaussian_arguments_of_the_wrong_type_after_equal_ones(kw, exc, word):
+    """The Gaussian's checked arguments are memoised for plain Python numbers; ``True`` and
+    ``False`` equal 1 and 0 as keys, yet must still be refused (and bad values every time)."""
+    x = torch.zeros(3, 4)
+    for _ in range(2):
+        tf.gaussian_filter(x, 1, order=0, truncate=4.0, backend="reference")
+        tf.gaussian_filter(x, 1.0, order=0, truncate=4, backend="reference")
+        with raises(exc, word):
+            tf.gaussian_filter(x, **kw, backend="reference")
+
+
 @pytest.mark.parametrize("kw, word", [
     ({"sigma": (1.0, 2.0)}, "sigma"),
     ({"sigma": 1.0, "mode": ("reflect", "wrap")}, "mode"),

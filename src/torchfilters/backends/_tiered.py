@@ -83,12 +83,22 @@ _busy = threading.Lock()
 
 
 def _mode() -> str:
-    value = os.environ.get("TORCHFILTERS_COMPILE", "").strip().lower() or "background"
+    global _last_mode
+    raw = os.environ.get("TORCHFILTERS_COMPILE", "")
+    last = _last_mode
+    if raw == last[0]:  # (read on every auto call: parsed once per value)
+        return last[1]
+    value = raw.strip().lower() or "background"
     if value not in COMPILE_MODES:
         raise ValueError(
             f"TORCHFILTERS_COMPILE={value!r} is not a compile mode; use one of {', '.join(map(repr, COMPILE_MODES))}"
         )
+    _last_mode = (raw, value)
     return value
+
+
+#: the last value of ``TORCHFILTERS_COMPILE`` read, and its mode
+_last_mode = (None, None)
 
 
 def background() -> bool:
@@ -400,10 +410,9 @@ def synchronize(timeout: float | None = None) -> bool:
 def _loaded_cpu():
     """The CPU engine if it is imported, None while it is not (the worker is then asked to import
     it), False where it cannot be (no numba)."""
-    from . import _loaded
-
-    if "cpu" in _loaded:
-        return _loaded["cpu"] or False
+    loaded = sys.modules[__package__]._loaded  # (not an import statement: on every call)
+    if "cpu" in loaded:
+        return loaded["cpu"] or False
     return None
 
 
@@ -442,10 +451,10 @@ class _Tiered:
 
     @staticmethod
     def _run(name, args, kwargs):
-        from . import get
-
         cpu = _loaded_cpu()
         if cpu is None:
+            from . import get
+
             if _reference_ns(args) > _FALLBACK_NS:  # slower than compiling: import it here
                 cpu = get("cpu")
             else:

@@ -19,6 +19,7 @@ the first chosen axis.
 
 from __future__ import annotations
 
+import functools
 import math
 from numbers import Integral, Real
 from typing import NamedTuple
@@ -119,6 +120,29 @@ class Layout(NamedTuple):
 def layout(x: Tensor, axes, default=(-2, -1)) -> Layout:
     """The :class:`Layout` of ``axes`` (validated) on ``x``."""
     dim = x.dim()
+    # axes of plain ints: the layouts that strides cannot change are memoised (exact types:
+    # ``True`` or ``1.0`` equal 1 as keys, and must still be refused; not while torch.compile
+    # traces: it takes a constant's named tuple as opaque)
+    if ((axes is None or type(axes) is int or (type(axes) is tuple and all(type(a) is int for a in axes)))
+            and not torch.compiler.is_compiling()):
+        lay = _static_layout(axes, dim, default)
+        if lay is not None:
+            return lay
+    return _layout(x, axes, dim, default)
+
+
+@functools.lru_cache(maxsize=1024)
+def _static_layout(axes, dim: int, default) -> Layout | None:
+    """:func:`layout` where the axes after the last chosen one are too few to merge (its result
+    then depends on ``axes`` and ``dim`` alone: memoised, a few microseconds of every call),
+    else None."""
+    ax = check_axes(axes, dim, default) if axes is not None or dim >= len(default) else None
+    if ax is None or dim - max(ax) >= 3:
+        return None
+    return _layout(None, axes, dim, default)
+
+
+def _layout(x: Tensor | None, axes, dim: int, default) -> Layout:
     if axes is None and dim < len(default):
         raise ValueError(
             f"input must have at least {len(default)} dimensions (..., H, W) for the default "
@@ -181,6 +205,15 @@ def _filter_text(mode, cval: float, epilogue: str, recipes: tuple, cval_negative
                  ndim: int = 2) -> str:
     """The spec string of a filter; a constant for ``torch.compile`` (no float tracing)."""
     return _spec.encode(FilterSpec(mode, cval, epilogue, tuple(_stencil(r) for r in recipes), ndim))
+
+
+@_spec.cached
+def _run_text(lay: tuple, modes, cval: float, epilogue: str, recipes: tuple, cval_negative: bool) -> str:
+    """:func:`_filter_text` of a call laid out by ``Layout(*lay)`` (memoised as a whole: the
+    per-axis modes on the spec's axes are not worked out again on every call; a plain tuple:
+    ``torch.compile`` takes no named tuple as a constant's argument)."""
+    lay = Layout(*lay)
+    return _filter_text(lay.modes(modes), cval, epilogue, recipes, cval_negative, lay.ndim)
 
 
 @_spec.cached
@@ -279,7 +312,7 @@ def run(x: Tensor, lay: Layout, modes, cval: float, epilogue: str, recipes: tupl
     components = len(recipes) if epilogue == "stack" and len(recipes) > 1 else 0
     if out is not None:
         check_out(out, lay.out_shape(x.shape, components), x.dtype, x.device)
-    text = _filter_text(lay.modes(modes), cval, epilogue, recipes, _signbit(cval), lay.ndim)
+    text = _run_text(tuple(lay), modes, cval, epilogue, recipes, _signbit(cval))
     eng_out = None
     if out is not None:
         if lay.merge and not _mergeable(out, lay.merge + bool(components)):

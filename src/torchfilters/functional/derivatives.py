@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .. import _docs, kernels
+from .. import _docs, _spec, kernels
 from .._docs import docfiller
 from .._validate import check_axis, check_bool, check_out
 from ._core import prep, run
@@ -21,6 +21,12 @@ __all__ = [
 ]
 
 
+@_spec.cached
+def _recipes(op: str, normalized: bool, sa: tuple) -> tuple:
+    """The derivative along each spec axis of ``sa``, smoothed along the others."""
+    return tuple(("deriv", op, a, normalized, tuple(sorted(b for b in sa if b != a))) for a in sa)
+
+
 def _gradients(input, operator, mode, cval, normalized, epilogue, axes, out, backend) -> Tensor:
     """The derivative along each of ``axes`` (their order), combined by ``epilogue``."""
     x, lay, modes, cval = prep(input, mode, cval, axes)
@@ -28,9 +34,8 @@ def _gradients(input, operator, mode, cval, normalized, epilogue, axes, out, bac
         raise ValueError(f"gradient_direction needs exactly 2 axes (an angle in a plane); got axes={axes!r}")
     op = kernels.check_operator(operator)
     n = check_bool(normalized, "normalized")
-    sa = lay.spec_axes
-    recipes = tuple(("deriv", op, a, n, tuple(sorted(b for b in sa if b != a))) for a in sa)
-    if epilogue == "stack" and len(sa) == 1:  # one axis: still a component axis, of 1
+    recipes = _recipes(op, n, lay.spec_axes)
+    if epilogue == "stack" and len(recipes) == 1:  # one axis: still a component axis, of 1
         pos = lay.axes[0]
         if out is None:
             return run(x, lay, modes, cval, epilogue, recipes, None, backend).unsqueeze(pos)

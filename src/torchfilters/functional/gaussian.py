@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from numbers import Integral
 from typing import Union
 
+import torch
 from torch import Tensor
 
 from .. import kernels
@@ -130,11 +132,24 @@ def gaussian_filter(
     return _gaussian(x, lay, modes, cval, sigma, order, truncate, radius, out, backend)
 
 
+def _taps_args(sigma, order, truncate, radius, k: int):
+    """``(sigmas, orders, radii)``, checked."""
+    sigmas = check_sigma(sigma, k)
+    return sigmas, _check_order(order, k), gaussian_radii(sigmas, truncate, radius)
+
+
+#: the same, memoised for the common call (plain Python numbers, no radius): a few microseconds
+#: of every small call
+_taps_args_scalar = functools.lru_cache(maxsize=1024)(_taps_args)
+
+
 def _gaussian(x, lay, modes, cval, sigma, order, truncate, radius, out, backend):
     k = len(lay.axes)
-    sigmas = check_sigma(sigma, k)
-    orders = _check_order(order, k)
-    radii = gaussian_radii(sigmas, truncate, radius)
+    if (radius is None and type(sigma) in (float, int) and type(order) is int and type(truncate) in (float, int)
+            and not torch.compiler.is_compiling()):
+        sigmas, orders, radii = _taps_args_scalar(sigma, order, truncate, radius, k)
+    else:
+        sigmas, orders, radii = _taps_args(sigma, order, truncate, radius, k)
     if all(s <= 1e-15 for s in sigmas):  # SciPy filters no axis: a copy
         return copy_result(x, out, backend)
     recipe = ("gauss", sigmas, orders, radii, lay.spec_axes)

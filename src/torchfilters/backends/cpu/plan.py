@@ -72,6 +72,7 @@ class Plan(NamedTuple):
 
 
 _info_cache: dict = {}
+_info_ids: dict = {}
 _plan_cache: dict = {}
 _lay_cache: dict = {}
 
@@ -123,8 +124,20 @@ def _fwd_passes(passes):
 
 
 def _info(spec):
-    """Per-spec data that does not depend on the image size (cached by value: the
-    eager path builds a fresh, equal spec on every call)."""
+    """Per-spec data that does not depend on the image size (cached by identity -- decoded
+    specs are cached by text, so a call finds its spec's object again without hashing its taps
+    -- and by value)."""
+    hit = _info_ids.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    info = _info_by_value(spec)
+    if len(_info_ids) > 1024:
+        _info_ids.clear()
+    _info_ids[id(spec)] = (spec, info)
+    return info
+
+
+def _info_by_value(spec):
     key = (spec, math.copysign(1.0, spec.cval))  # -0.0 == 0.0, but SciPy keeps the sign
     try:
         return _info_cache[key]

@@ -66,6 +66,7 @@ _INPLACE_SPAN = None
 _BLOCK_ROWS = 64
 
 _info_cache: dict = {}
+_info_ids: dict = {}
 _plan_cache: dict = {}
 
 
@@ -83,7 +84,19 @@ def _half(p):
 def sep_info(spec):
     """``(wv, wh, mode, cval)`` when ``spec`` runs on this path (else None): one ``sep``
     stencil, ``stack`` epilogue, at most one pass per axis, each symmetric and centred.  An
-    absent pass is the identity ``(1.0,)``."""
+    absent pass is the identity ``(1.0,)``.  (Cached by identity, then by value: as
+    ``plan._info``.)"""
+    hit = _info_ids.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    info = _sep_info(spec)
+    if len(_info_ids) > 1024:
+        _info_ids.clear()
+    _info_ids[id(spec)] = (spec, info)
+    return info
+
+
+def _sep_info(spec):
     key = (spec, math.copysign(1.0, spec.cval) if isinstance(spec, FilterSpec) else 0.0)
     hit = _info_cache.get(key, False)
     if hit is not False:
@@ -94,7 +107,6 @@ def sep_info(spec):
         passes = spec.stencils[0].passes
         axes = [p.axis for p in passes]
         if 1 <= len(passes) <= 2 and len(set(axes)) == len(axes) and set(axes) <= {-2, -1}:
-            # sequential constant mode: the vertical pass runs first (it must be the first pass)
             # the vertical pass runs first: it must be the spec's first (SciPy's order of the
             # passes: rounding, and in constant mode the sequential padding)
             ordered = axes[0] == -2 or len(axes) == 1
