@@ -492,3 +492,25 @@ def test_magnitude_of_an_alternating_column_is_finite(backend):
     xd = col.double().clone().requires_grad_(True)
     tf.gradient_magnitude(xd, operator="central", backend="reference").sum().backward()
     torch.testing.assert_close(x.grad.double(), xd.grad)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "ndimage"])
+def test_signed_zero_taps_keep_their_sign_whatever_came_before(backend):
+    """``-0.0 == 0.0`` and both hash alike: the memoised spec texts and every engine's plan
+    caches carry the signs of zero taps (``_spec.zero_signs``), so weights ``[-0.0]`` after
+    ``[0.0]`` (and the reverse, in one process) give SciPy's signs of zero, as on their own."""
+    from torchfilters import ndimage as tnd
+
+    rng = np.random.default_rng(0)
+    weights = ([0.0], [-0.0], [-1.0, 0.0, 1.0], [-1.0, -0.0, 1.0], [1.0, -0.0, 1.0], [-0.0, -0.0, -0.0])
+    for w in weights + weights[::-1]:
+        for shape, axis in (((1, 4), -1), ((3, 5), 0), ((2, 3, 4), -1), ((2, 2, 3, 4), 1)):
+            for mode in ("reflect", "constant", "wrap"):
+                x = rng.choice([0.0, -0.0, 1.0, -1.0], size=shape)
+                want = ndi.correlate1d(x, w, axis=axis, mode=mode)
+                if backend == "ndimage":
+                    got = tnd.correlate1d(x, w, axis=axis, mode=mode)
+                else:
+                    got = tf.correlate1d(torch.from_numpy(x), w, axis=axis, mode=mode, backend=backend).numpy()
+                assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want)), \
+                    (w, shape, axis, mode)

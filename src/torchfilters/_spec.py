@@ -339,6 +339,35 @@ def decode(text: str):
     raise ValueError(f"not a torchfilters spec: {text[:60]!r}")
 
 
+def zero_signs(spec) -> tuple:
+    """Where ``spec``'s ``sep`` taps are ``-0.0``: ``((stencil, pass, tap), ...)``, usually ``()``.
+
+    ``-0.0 == 0.0`` and both hash alike, so a cache keyed by a spec's value would serve a spec
+    with ``-0.0`` taps the plan of one with ``0.0`` taps; SciPy multiplies by every tap, so the
+    sign of a zero tap reaches the signs of zero of the result.  Caches keyed by value add this
+    to their key.  (Dense taps of ``|w| <= DBL_EPSILON`` are ``+0.0`` already: :func:`dense`.)
+    Memoised by identity: a call finds its decoded spec's object again."""
+    hit = _zero_signs.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    if isinstance(spec, FilterSpec):
+        stencils = spec.stencils
+    elif isinstance(spec, BlurSpec):
+        stencils = (spec.stencil,)
+    else:
+        stencils = ()
+    sig = tuple((i, j, k) for i, st in enumerate(stencils) if st.kind == "sep"
+                for j, p in enumerate(st.passes) for k, t in enumerate(p.taps)
+                if t == 0.0 and math.copysign(1.0, t) < 0)
+    if len(_zero_signs) > 4096:
+        _zero_signs.clear()
+    _zero_signs[id(spec)] = (spec, sig)
+    return sig
+
+
+_zero_signs: dict = {}
+
+
 def sep(*passes) -> Stencil:
     return Stencil("sep", tuple(Pass(a, int(lo), tuple(map(float, taps))) for a, lo, taps in passes))
 

@@ -429,7 +429,8 @@ def _sep_groups(t, passes, modes, cval):
         group, axes = tuple(axes[-3:]), axes[:-3]
         lay = _core.layout(t, group)
         sa = dict(zip(group, lay.spec_axes))
-        recipe = ("sep", tuple((sa[a], passes[a][0], passes[a][1]) for a in group))
+        recipe = ("sep", tuple((sa[a], passes[a][0], passes[a][1]) for a in group),
+                  tuple(_core.neg_zeros(passes[a][1]) for a in group))
         t = _core.run(t, lay, tuple(canonical_mode(_check_mode(modes[a])) for a in group), cval, "stack", (recipe,),
                       None, None)
     return t

@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..._spec import FilterSpec
+from ..._spec import FilterSpec, zero_signs
 from .. import reference
 from .._lowering import pass_entries
 from .._layout import collapse_planes
@@ -138,7 +138,8 @@ def _info(spec):
 
 
 def _info_by_value(spec):
-    key = (spec, math.copysign(1.0, spec.cval))  # -0.0 == 0.0, but SciPy keeps the sign
+    # -0.0 == 0.0, but SciPy keeps the sign (of cval, and of zero taps: ``zero_signs``)
+    key = (spec, math.copysign(1.0, spec.cval), zero_signs(spec))
     try:
         return _info_cache[key]
     except KeyError:

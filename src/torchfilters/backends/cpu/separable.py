@@ -37,7 +37,7 @@ import torch
 from numba import njit
 from numba.extending import overload
 
-from ..._spec import FilterSpec
+from ..._spec import FilterSpec, zero_signs
 from .plan import _small
 from .prims import _JIT, _cvt, _fence, _ld, _line, _prefetch_r, _ptr, _st
 from .simd import VBYTES, _vadd, _vld, _vldm, _vmul, _vnz, _vrev, _vsplat, _vst, _vstm, _vstnt, _vsub, _vtaps2, _vwts
@@ -97,7 +97,7 @@ def sep_info(spec):
 
 
 def _sep_info(spec):
-    key = (spec, math.copysign(1.0, spec.cval) if isinstance(spec, FilterSpec) else 0.0)
+    key = (spec, math.copysign(1.0, spec.cval) if isinstance(spec, FilterSpec) else 0.0, zero_signs(spec))
     hit = _info_cache.get(key, False)
     if hit is not False:
         return hit
@@ -129,7 +129,7 @@ def sep_sum_info(spec, dtype):
     if (not isinstance(spec, FilterSpec) or spec.epilogue != "sum" or len(spec.stencils) != 2
             or dtype not in (torch.float32, torch.float64)):
         return None
-    key = ("sum", spec, math.copysign(1.0, spec.cval))  # (sep_info's cache: one lookup a call)
+    key = ("sum", spec, math.copysign(1.0, spec.cval), zero_signs(spec))  # (sep_info's cache: one lookup a call)
     hit = _info_cache.get(key, False)
     if hit is False:
         infos = tuple(sep_info(spec._replace(stencils=(st,), epilogue="stack")) for st in spec.stencils)

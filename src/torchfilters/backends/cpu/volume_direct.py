@@ -38,6 +38,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from ..._spec import zero_signs
 from .._direct3 import direct_plan, modes3
 from .adjoint import _mag_vjp_fix
 from .forward import _mag_fix
@@ -77,12 +78,13 @@ class DirectPlan(NamedTuple):
 def direct(spec, sizes, nv, nthreads, epilogue=None):
     """The :class:`DirectPlan` of ``spec`` (``lower``-ed) on ``nv`` volumes of ``sizes``, or None
     where the direct path does not run it (:func:`direct_plan`)."""
-    return _direct(spec, math.copysign(1.0, spec.cval), sizes, nv, nthreads, epilogue)
+    return _direct(spec, math.copysign(1.0, spec.cval), zero_signs(spec), sizes, nv, nthreads, epilogue)
 
 
 @functools.lru_cache(maxsize=256)
-def _direct(spec, sign, sizes, nv, nthreads, epilogue):
-    # (``sign``: -0.0 == 0.0 in the spec's key, but only +0 is the zero padding this path runs)
+def _direct(spec, sign, zsigns, sizes, nv, nthreads, epilogue):
+    # (``sign``: -0.0 == 0.0 in the spec's key, but only +0 is the zero padding this path runs;
+    # ``zsigns``: likewise for its taps, ``zero_signs``)
     hit = direct_plan(spec, epilogue, one=True)
     if hit is None:
         return None

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..._spec import FilterSpec, axis_mode
+from ..._spec import FilterSpec, axis_mode, zero_signs
 from .. import reference
 from .._lowering import ANTI, SYM, pass_kind
 from .simd import VBYTES
@@ -231,7 +231,8 @@ def plan(spec, sizes, backward, nvol, nthreads, isz, magscale=False, epi=None, b
     ``magscale``: forward passes with the epilogue that scales ``g`` by ``y_k / |y|``; ``epi``: another
     epilogue (``EPI_*``); ``box``: ``(z0, z1, y0, y1, x0, x1)`` where a selection may hold (default:
     the volume); ``multi``: forward, stencil ``k`` reads source component ``k``."""
-    key = (spec, tuple(sizes), backward, nvol, nthreads, isz, magscale, epi, box, multi, math.copysign(1.0, spec.cval))
+    key = (spec, tuple(sizes), backward, nvol, nthreads, isz, magscale, epi, box, multi, math.copysign(1.0, spec.cval),
+           zero_signs(spec))
     hit = _plan_cache.get(key)
     if hit is not None:
         return hit

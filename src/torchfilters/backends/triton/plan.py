@@ -9,7 +9,7 @@ from typing import NamedTuple
 import torch
 import triton.language as tl
 
-from ..._spec import BlurSpec, Stencil
+from ..._spec import BlurSpec, Stencil, zero_signs
 from ..._validate import compute_dtype
 from .._lowering import lower, pass_entries
 
@@ -220,7 +220,7 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
     # cval's sign is part of the key (-0.0 == 0.0 but pads differently signed zeros)
     gather = _gather_bands()
     key = (spec, math.copysign(1.0, spec.cval), H, W, min(NP, 64), dtype, device, threshold, tuple(_TILE.values()),
-           gather)
+           zero_signs(spec), gather)
     plan = _PLANS.get(key)
     if plan is not None:
         return plan

@@ -45,7 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._spec import BlurSpec, FilterSpec
+from ..._spec import BlurSpec, FilterSpec, zero_signs
 from .._lowering import lower, pass_entries
 from .plan import _MODES, _np2, single_fold
 from .prims import _any, _atan2, _fold, _item, _mag_bad, _mag_scaled, _sqrt
@@ -614,7 +614,7 @@ def plan(spec, H, W, NP, dtype, strides, threshold, normalized=False):
     if taken is None:
         return None
     spec, stencils, epi = taken
-    key = (spec, math.copysign(1.0, spec.cval), H, W, min(NP, 4096), dtype)
+    key = (spec, math.copysign(1.0, spec.cval), zero_signs(spec), H, W, min(NP, 4096), dtype)
     vec = _vec(dtype.itemsize, W, *strides)
     hit = _CACHE.get((key, vec))
     if hit is not None:

@@ -43,6 +43,7 @@ import triton.language as tl
 from .footprint import _u_from_y
 from .plan import _MODES, single_fold
 from .prims import _any, _div, _fold, _item
+from ..._spec import zero_signs
 from .rows import (_DIR, _MAG, RowsPlan, _bits, _drop, _fits, _from_bits, _h_first, _join, _load_row,
                    _off_root, _plane, _reach, _root, _side_columns, _stencil_const, _stencil_row, _strided, _tile,
                    _to_out, _vec, _with_columns, epilogue_of, lanes, needs_i64, strip_rows)
@@ -449,7 +450,7 @@ def plan(spec, H, W, NP, dtype, strides):
         return None
     spec, stencils, epi = taken
     vec = _vec(dtype.itemsize, W, *strides)
-    key = (spec, math.copysign(1.0, spec.cval), H, W, min(NP, 4096), dtype, vec)
+    key = (spec, math.copysign(1.0, spec.cval), zero_signs(spec), H, W, min(NP, 4096), dtype, vec)
     hit = _CACHE.get(key, False)
     if hit is not False:
         return hit if hit is None else _fits(hit, NP)
