@@ -217,6 +217,13 @@ def _run_text(lay: tuple, modes, cval: float, epilogue: str, recipes: tuple, cva
 
 
 @_spec.cached
+def _blur_run_text(lay: tuple, modes, cval, normalized, keep_border, recipe, cval_negative) -> str:
+    """:func:`_blur_text` of a call laid out by ``Layout(*lay)`` (as :func:`_run_text`)."""
+    lay = Layout(*lay)
+    return _blur_text(lay.modes(modes), cval, normalized, keep_border, recipe, cval_negative, lay.ndim)
+
+
+@_spec.cached
 def _blur_text(mode, cval, normalized, keep_border, recipe, cval_negative=False, ndim: int = 2) -> str:
     return _spec.encode(BlurSpec(mode, cval, normalized, keep_border, _stencil(recipe), ndim))
 

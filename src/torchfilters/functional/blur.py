@@ -20,7 +20,7 @@ from .._validate import (
 )
 from ..backends import check_backend
 from ._core import (
-    _blur_text,
+    _blur_run_text,
     _eager_engine,
     _flat,
     _mergeable,
@@ -31,7 +31,7 @@ from ._core import (
     refuse_forward_ad,
     weights_tuple,
 )
-from .gaussian import check_sigma, gaussian_radii
+from .gaussian import checked_taps_args
 
 __all__ = ["selective_blur"]
 
@@ -145,8 +145,8 @@ def selective_blur(
             raise ValueError("normalized=True needs non-negative weights (a weighted mean)")
         recipe = dense_recipe(w, lay)
     elif sigma is not None:
-        sigmas = check_sigma(sigma, k)
-        recipe = ("gauss", sigmas, (0,) * k, gaussian_radii(sigmas, truncate, None), sa)
+        sigmas, orders, radii = checked_taps_args(sigma, 0, truncate, None, k)
+        recipe = ("gauss", sigmas, orders, radii, sa)
     else:
         recipe = ("binomial", sa)
     if mask is not None:
@@ -168,7 +168,7 @@ def selective_blur(
                 check_has_values(mask, "mask")  # the ValueError: no values
             raise ValueError(f"mask is on {mask.device} but input is on {x.device}")
         mask = mask.expand(x.shape)
-    text = _blur_text(lay.modes(modes), cval, normalized, keep_border, recipe, _signbit(cval), lay.ndim)
+    text = _blur_run_text(tuple(lay), modes, cval, normalized, keep_border, recipe, _signbit(cval))
     spec = _spec.decode(text)
     backend = check_backend(backend)
     if out is not None:

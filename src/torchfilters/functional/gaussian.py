@@ -143,13 +143,16 @@ def _taps_args(sigma, order, truncate, radius, k: int):
 _taps_args_scalar = functools.lru_cache(maxsize=1024)(_taps_args)
 
 
-def _gaussian(x, lay, modes, cval, sigma, order, truncate, radius, out, backend):
-    k = len(lay.axes)
+def checked_taps_args(sigma, order, truncate, radius, k: int):
+    """``(sigmas, orders, radii)`` of ``k`` axes, checked (memoised for plain Python numbers)."""
     if (radius is None and type(sigma) in (float, int) and type(order) is int and type(truncate) in (float, int)
             and not torch.compiler.is_compiling()):
-        sigmas, orders, radii = _taps_args_scalar(sigma, order, truncate, radius, k)
-    else:
-        sigmas, orders, radii = _taps_args(sigma, order, truncate, radius, k)
+        return _taps_args_scalar(sigma, order, truncate, radius, k)
+    return _taps_args(sigma, order, truncate, radius, k)
+
+
+def _gaussian(x, lay, modes, cval, sigma, order, truncate, radius, out, backend):
+    sigmas, orders, radii = checked_taps_args(sigma, order, truncate, radius, len(lay.axes))
     if all(s <= 1e-15 for s in sigmas):  # SciPy filters no axis: a copy
         return copy_result(x, out, backend)
     recipe = ("gauss", sigmas, orders, radii, lay.spec_axes)
