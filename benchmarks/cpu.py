@@ -614,10 +614,13 @@ def section_latency():
     t_gm = row(S, "torchfilters.gradient_magnitude(x)", median(lambda: tf.gradient_magnitude(x)))
     t_sb = row(S, "torchfilters.selective_blur(x)", median(lambda: tf.selective_blur(x)))
     t_g = row(S, "torchfilters.gaussian_filter(x, 2.0)", median(lambda: tf.gaussian_filter(x, 2.0)))
+    t_l = row(S, "torchfilters.laplace(x)", median(lambda: tf.laplace(x)))
+    t_u = row(S, "torchfilters.uniform_filter(x, 5)", median(lambda: tf.uniform_filter(x, 5)))
     xr = x.clone().requires_grad_()
-    t_ag = row(S, "torchfilters.gradient_magnitude(x) (requires_grad: custom op)", median(lambda: tf.gradient_magnitude(xr)))
+    t_ag = row(S, "torchfilters.gradient_magnitude(x), requires_grad", median(lambda: tf.gradient_magnitude(xr)))
     ratio_line(f"gradient_magnitude latency {t_gm / t_add:.1f}x torch.add (target <= 15x); selective_blur "
-               f"{t_sb / t_add:.1f}x; gaussian_filter {t_g / t_add:.1f}x; with autograd recording {t_ag / t_add:.1f}x")
+               f"{t_sb / t_add:.1f}x; gaussian_filter {t_g / t_add:.1f}x; laplace {t_l / t_add:.1f}x; uniform_filter "
+               f"{t_u / t_add:.1f}x; with autograd recording {t_ag / t_add:.1f}x")
 
 
 # --------------------------------------------------------------------------- startup

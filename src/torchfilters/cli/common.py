@@ -23,7 +23,8 @@ FORMATS = ("png", "npy", "pt")
 
 DEFAULT_OUT = "torchfilters-out"
 
-INSTALL_HINT = "install the command-line dependencies with: pip install 'torchfilters[cli]'"
+INSTALL_HINT = ("install the command-line dependencies with: pip install 'torchfilters[cli]' "
+                "(from a source checkout: pip install '.[cli]')")
 
 
 class InputError(Exception):
