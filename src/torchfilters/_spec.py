@@ -339,6 +339,38 @@ def decode(text: str):
     raise ValueError(f"not a torchfilters spec: {text[:60]!r}")
 
 
+def by_identity(maxsize: int):
+    """Memoise a function of one spec by the spec object's identity (the entry keeps the spec
+    alive, so its ``id`` is not reused while cached).  Decoded specs are cached by text, so a
+    call finds its spec's object again without hashing its taps; for a value-keyed cache behind
+    it, see :func:`zero_signs`.  At most ``maxsize`` entries (then it starts afresh)."""
+
+    def wrap(fn):
+        memo: dict = {}
+
+        @functools.wraps(fn)
+        def call(spec):
+            hit = memo.get(id(spec))
+            if hit is not None and hit[0] is spec:
+                return hit[1]
+            out = fn(spec)
+            if len(memo) > maxsize:
+                memo.clear()
+            memo[id(spec)] = (spec, out)
+            return out
+
+        return call
+
+    return wrap
+
+
+def neg_zeros(taps) -> tuple:
+    """Where ``taps`` (a flat sequence of floats) are ``-0.0``, usually ``()``.  A recipe of a
+    caller's taps carries it, so that a memoised spec text keeps their signs."""
+    return tuple(k for k, t in enumerate(taps) if t == 0.0 and math.copysign(1.0, t) < 0)
+
+
+@by_identity(4096)
 def zero_signs(spec) -> tuple:
     """Where ``spec``'s ``sep`` taps are ``-0.0``: ``((stencil, pass, tap), ...)``, usually ``()``.
 
@@ -346,26 +378,15 @@ def zero_signs(spec) -> tuple:
     with ``-0.0`` taps the plan of one with ``0.0`` taps; SciPy multiplies by every tap, so the
     sign of a zero tap reaches the signs of zero of the result.  Caches keyed by value add this
     to their key.  (Dense taps of ``|w| <= DBL_EPSILON`` are ``+0.0`` already: :func:`dense`.)
-    Memoised by identity: a call finds its decoded spec's object again."""
-    hit = _zero_signs.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
+    Memoised by identity (:func:`by_identity`)."""
     if isinstance(spec, FilterSpec):
         stencils = spec.stencils
     elif isinstance(spec, BlurSpec):
         stencils = (spec.stencil,)
     else:
         stencils = ()
-    sig = tuple((i, j, k) for i, st in enumerate(stencils) if st.kind == "sep"
-                for j, p in enumerate(st.passes) for k, t in enumerate(p.taps)
-                if t == 0.0 and math.copysign(1.0, t) < 0)
-    if len(_zero_signs) > 4096:
-        _zero_signs.clear()
-    _zero_signs[id(spec)] = (spec, sig)
-    return sig
-
-
-_zero_signs: dict = {}
+    return tuple((i, j, k) for i, st in enumerate(stencils) if st.kind == "sep"
+                for j, p in enumerate(st.passes) for k in neg_zeros(p.taps))
 
 
 def sep(*passes) -> Stencil:

@@ -54,7 +54,7 @@ import warnings
 import numpy as np
 import torch
 
-from . import _arrays, _docs
+from . import _arrays, _docs, _spec
 from . import functional as F
 from . import kernels
 from ._validate import canonical_mode
@@ -430,7 +430,7 @@ def _sep_groups(t, passes, modes, cval):
         lay = _core.layout(t, group)
         sa = dict(zip(group, lay.spec_axes))
         recipe = ("sep", tuple((sa[a], passes[a][0], passes[a][1]) for a in group),
-                  tuple(_core.neg_zeros(passes[a][1]) for a in group))
+                  tuple(_spec.neg_zeros(passes[a][1]) for a in group))
         t = _core.run(t, lay, tuple(canonical_mode(_check_mode(modes[a])) for a in group), cval, "stack", (recipe,),
                       None, None)
     return t

@@ -17,11 +17,9 @@ The rule is decided here, once, for every planar engine: :func:`planar` maps a s
 
 from __future__ import annotations
 
-from .._spec import BlurSpec, FilterSpec, Stencil, axis_mode
+from .._spec import BlurSpec, FilterSpec, Stencil, axis_mode, by_identity
 
 __all__ = ["planar", "adapt"]
-
-_cache: dict = {}
 
 
 def _reads(st: Stencil, ndim: int):
@@ -43,6 +41,7 @@ def _row(st: Stencil) -> Stencil:
     return st._replace(lo=(0,) + tuple(st.lo), taps=(st.taps,))
 
 
+@by_identity(256)
 def _planar(spec):
     stencils = spec.stencils if isinstance(spec, FilterSpec) else (spec.stencil,)
     nd = spec.ndim
@@ -74,14 +73,7 @@ def planar(spec):
     ``spec`` needs a volume engine.  Cached by identity (decoded specs are cached by text)."""
     if spec.ndim == 2 and isinstance(spec.mode, str):
         return spec, False
-    hit = _cache.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    res = _planar(spec)
-    if len(_cache) > 256:
-        _cache.clear()
-    _cache[id(spec)] = (spec, res)
-    return res
+    return _planar(spec)
 
 
 def _u(t):

@@ -228,13 +228,6 @@ def _blur_text(mode, cval, normalized, keep_border, recipe, cval_negative=False,
     return _spec.encode(BlurSpec(mode, cval, normalized, keep_border, _stencil(recipe), ndim))
 
 
-def neg_zeros(taps) -> tuple:
-    """Where ``taps`` (a flat tuple of floats) are ``-0.0``: a recipe of a caller's taps carries
-    it, so that its memoised spec text (keyed by value: ``-0.0 == 0.0``) keeps their signs, which
-    reach the result's signs of zero (SciPy multiplies by every tap)."""
-    return tuple(k for k, t in enumerate(taps) if t == 0.0 and math.copysign(1.0, t) < 0)
-
-
 def _signbit(v: float) -> bool:
     # -0.0 == 0.0 and both hash alike: the cache keys carry the sign (SciPy keeps it)
     return math.copysign(1.0, v) < 0
@@ -254,7 +247,7 @@ def _stencil(recipe: tuple):
         return scaled_gaussian_stencil(*recipe[1:])
     if kind == "dense":
         return _spec.dense(*recipe[1:])
-    if kind == "sep1":  # (axis, lo, taps[, neg_zeros(taps)])
+    if kind == "sep1":  # (axis, lo, taps[, _spec.neg_zeros(taps)]: -0.0 == 0.0 as a memo key)
         return _spec.sep(recipe[1:4])
     if kind == "sep":  # ((axis, lo, taps), ...)[, signs]
         return _spec.sep(*recipe[1])

@@ -12,7 +12,7 @@ from torch import Tensor
 from .. import _spec
 from .._docs import docfiller
 from .._validate import check_axis, check_input, per_axis, type_name
-from ._core import check_origin, copy_result, dense_recipe, neg_zeros, prep, run, weights_tuple
+from ._core import check_origin, copy_result, dense_recipe, prep, run, weights_tuple
 
 __all__ = ["convolve", "convolve1d", "correlate", "correlate1d", "uniform_filter", "uniform_filter1d"]
 
@@ -166,7 +166,7 @@ def _correlate1d(input, weights, axis, mode, cval, origin, out, backend, flip: b
             origin -= 1
     k = len(w)
     origin = check_origin(origin, k)
-    recipe = ("sep1", lay.spec_axes[0], _spec.centered_lo(k, origin), w, neg_zeros(w))
+    recipe = ("sep1", lay.spec_axes[0], _spec.centered_lo(k, origin), w, _spec.neg_zeros(w))
     return run(x, lay, modes, cval, "stack", (recipe,), out, backend)
 
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..._spec import FilterSpec, zero_signs
+from ..._spec import FilterSpec, by_identity, zero_signs
 from .. import reference
 from .._lowering import pass_entries
 from .._layout import collapse_planes
@@ -72,7 +72,6 @@ class Plan(NamedTuple):
 
 
 _info_cache: dict = {}
-_info_ids: dict = {}
 _plan_cache: dict = {}
 _lay_cache: dict = {}
 
@@ -123,21 +122,10 @@ def _fwd_passes(passes):
     return out
 
 
+@by_identity(1024)
 def _info(spec):
-    """Per-spec data that does not depend on the image size (cached by identity -- decoded
-    specs are cached by text, so a call finds its spec's object again without hashing its taps
-    -- and by value)."""
-    hit = _info_ids.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    info = _info_by_value(spec)
-    if len(_info_ids) > 1024:
-        _info_ids.clear()
-    _info_ids[id(spec)] = (spec, info)
-    return info
-
-
-def _info_by_value(spec):
+    """Per-spec data that does not depend on the image size (cached by identity, then by
+    value)."""
     # -0.0 == 0.0, but SciPy keeps the sign (of cval, and of zero taps: ``zero_signs``)
     key = (spec, math.copysign(1.0, spec.cval), zero_signs(spec))
     try:

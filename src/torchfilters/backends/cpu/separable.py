@@ -37,7 +37,7 @@ import torch
 from numba import njit
 from numba.extending import overload
 
-from ..._spec import FilterSpec, zero_signs
+from ..._spec import FilterSpec, by_identity, zero_signs
 from .plan import _small
 from .prims import _JIT, _cvt, _fence, _ld, _line, _prefetch_r, _ptr, _st
 from .simd import VBYTES, _vadd, _vld, _vldm, _vmul, _vnz, _vrev, _vsplat, _vst, _vstm, _vstnt, _vsub, _vtaps2, _vwts
@@ -66,7 +66,6 @@ _INPLACE_SPAN = None
 _BLOCK_ROWS = 64
 
 _info_cache: dict = {}
-_info_ids: dict = {}
 _plan_cache: dict = {}
 
 
@@ -81,22 +80,11 @@ def _half(p):
     return tuple(t[k // 2:])
 
 
+@by_identity(1024)
 def sep_info(spec):
     """``(wv, wh, mode, cval)`` when ``spec`` runs on this path (else None): one ``sep``
     stencil, ``stack`` epilogue, at most one pass per axis, each symmetric and centred.  An
-    absent pass is the identity ``(1.0,)``.  (Cached by identity, then by value: as
-    ``plan._info``.)"""
-    hit = _info_ids.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    info = _sep_info(spec)
-    if len(_info_ids) > 1024:
-        _info_ids.clear()
-    _info_ids[id(spec)] = (spec, info)
-    return info
-
-
-def _sep_info(spec):
+    absent pass is the identity ``(1.0,)``.  (Cached by identity, then by value.)"""
     key = (spec, math.copysign(1.0, spec.cval) if isinstance(spec, FilterSpec) else 0.0, zero_signs(spec))
     hit = _info_cache.get(key, False)
     if hit is not False:
