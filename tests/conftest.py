@@ -77,6 +77,22 @@ def engine(request):
     return request.param
 
 
+class _NoReplays(dict):
+    """A ``cpu._replays`` that keeps nothing: every small call is planned afresh."""
+
+    def __setitem__(self, key, value):
+        pass
+
+
+@pytest.fixture
+def no_replays(monkeypatch):
+    """The CPU engine plans every call afresh (no replays of small calls, ``cpu._replays``): for
+    tests that patch its planning, which a replay recorded before the patch would skip."""
+    mod = torchfilters.backends.get("cpu")
+    if mod is not None:
+        monkeypatch.setattr(mod, "_replays", _NoReplays())
+
+
 #: one more axis of every sampled grid: each engine gets its own cases (a fixed seed
 #: is a hash of the test function, the same for every value of a pytest parameter)
 engines = st.sampled_from(ENGINES)

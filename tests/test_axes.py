@@ -506,7 +506,7 @@ def test_symmetric_kernels_along_one_axis_on_many_rows(engine, k):
             assert_close(y, ndi.uniform_filter1d(b, k, axis, mode="wrap"), rtol=1e-12, msg=f"{shape} {axis}")
 
 
-def test_one_axis_filters_run_on_planes_of_the_inputs_rows(monkeypatch):
+def test_one_axis_filters_run_on_planes_of_the_inputs_rows(monkeypatch, no_replays):
     """A 1-D filter along the last axis of a batch runs on the planar engine as planes of the
     input's own rows (a 2-D spec that reads nothing along -2), not as one plane per row: each
     row is still filtered alone, in every mode (``constant``'s cval rows are never read),
@@ -542,7 +542,7 @@ def test_one_axis_filters_run_on_planes_of_the_inputs_rows(monkeypatch):
     assert seen == [(1, 17)], seen  # a 1-D input: a plane of one row
 
 
-def test_a_depth_pass_is_a_vertical_pass_of_the_merged_planes(monkeypatch):
+def test_a_depth_pass_is_a_vertical_pass_of_the_merged_planes(monkeypatch, no_replays):
     """Two or more unchosen axes after the last chosen one merge into one (a view): a 1-D
     filter along D of a ``(B, D, H, W)`` batch is a vertical pass of ``(B, D, H * W)`` planes on
     the planar engine, SciPy's values in every mode; a layout that does not merge keeps the

@@ -22,10 +22,15 @@ from torchfilters._spec import BlurSpec, FilterSpec
 cpu = backends.get("cpu")
 pytestmark = pytest.mark.skipif(cpu is None, reason="numba is not installed")
 
-from conftest import BASE_MODES, LOW_DTYPES, MODES, OPS, examples, grid, op_out_shape, rand  # noqa: E402
+from conftest import BASE_MODES, LOW_DTYPES, MODES, OPS, examples, grid, op_out_shape, pattern_mask, rand  # noqa: E402
 
 MODES5 = BASE_MODES
 SHAPES = ((2, 1, 7, 5), (1, 1, 1, 1), (3, 1, 6), (2, 5, 1), (1, 2, 3), (1, 11, 4))
+
+
+@pytest.fixture(autouse=True)
+def _planned_afresh(no_replays):
+    """(Tests here patch the CPU engine's planning and spy on its launches: no replays.)"""
 
 
 def _run(name, x, engine, mode, **kw):
@@ -420,9 +425,9 @@ def test_threads_follow_torch(monkeypatch):
     seen = []
     launch = cpu._launch
 
-    def spy(fn, args, nitems, nthreads, serial):
+    def spy(fn, args, nitems, nthreads, serial, runs=None):
         seen.append((nthreads, serial))
-        return launch(fn, args, nitems, nthreads, serial)
+        return launch(fn, args, nitems, nthreads, serial, runs)
 
     monkeypatch.setattr(cpu, "_launch", spy)
     before = torch.get_num_threads()
@@ -610,3 +615,53 @@ def test_kernels_keep_raw_pointer_buffers_alive():
             used = {n.id for n in ast.walk(last) if isinstance(n, ast.Name)} if isinstance(last, ast.Return) else set()
             assert need <= used, f"{path.name}:{fn.name} does not keep {sorted(need - used)} alive to its end"
     assert checked >= 8  # the tiled, separable, direct and volume kernels
+
+
+# ------------------------------------------------------------ replayed small calls
+
+
+class _CountingReplays(dict):
+    hits = 0
+
+    def get(self, key, default=None):
+        rec = super().get(key, default)
+        self.hits += rec is not None
+        return rec
+
+
+@pytest.mark.parametrize("dtype", (torch.float64, torch.float32, torch.bfloat16))
+def test_replayed_small_calls_give_the_bits_of_calls_planned_afresh(dtype, monkeypatch):
+    """A small forward call's plan is recorded and replayed (``cpu._replays``): calls that
+    follow, on other data, another mask and threshold, views of other layouts and sizes, give
+    the bits of the same call planned afresh."""
+    import torchfilters.backends.cpu as cpu_engine
+
+    replays = _CountingReplays()
+    monkeypatch.setattr(cpu_engine, "_replays", replays)
+    base = rand(3, 2, 9, 11, seed=5, dtype=dtype)
+    inputs = [base, rand(3, 2, 9, 11, seed=6, dtype=dtype) * 3, base.transpose(-1, -2), base[..., 1:, 2:],
+              base.contiguous(memory_format=torch.channels_last), rand(1, 1, 1, 7, seed=2, dtype=dtype)]
+    masks = [pattern_mask(9, 11), ~pattern_mask(9, 11)]
+    cases = {name: op for name, op in OPS.items() if name != "selective_blur-mask"}
+    cases["selective_blur-mask"] = lambda x, **k: tf.selective_blur(
+        x, mask=masks[int(x.sum() > 0)].expand(x.shape) if x.shape[-2:] == (9, 11) else None, **k)
+    cases["selective_blur-threshold"] = lambda x, **k: tf.selective_blur(x, float(x.flatten()[0]), **k)
+
+    def bits(t):
+        return t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.int64 if t.dtype == torch.float64
+                                                                            else torch.int32)
+
+    for name, op in cases.items():
+        for mode in ("reflect", "wrap"):
+            replays.clear()
+            hits = replays.hits
+            for x in inputs + inputs[::-1]:
+                y = op(x, mode=mode, backend="cpu")
+                saved = dict(replays)
+                replays.clear()  # the same call, planned afresh
+                fresh = op(x, mode=mode, backend="cpu")
+                replays.clear()
+                replays.update(saved)
+                assert torch.equal(bits(y), bits(fresh)), (name, mode, x.shape, x.stride())
+            assert replays.hits - hits >= len(inputs), (name, mode, replays.hits - hits)  # replays did run
+

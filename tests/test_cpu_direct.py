@@ -36,15 +36,20 @@ def _ops(op):
     }
 
 
+@pytest.fixture(autouse=True)
+def _planned_afresh(no_replays):
+    """(Tests here patch the CPU engine's planning and spy on its launches: no replays.)"""
+
+
 @pytest.fixture
 def launches(monkeypatch):
     """The kernels each call launched."""
     seen = []
     launch = cpu._launch
 
-    def spy(fn, args, nitems, nthreads, serial):
+    def spy(fn, args, nitems, nthreads, serial, runs=None):
         seen.append(fn)
-        return launch(fn, args, nitems, nthreads, serial)
+        return launch(fn, args, nitems, nthreads, serial, runs)
 
     monkeypatch.setattr(cpu, "_launch", spy)
     return seen

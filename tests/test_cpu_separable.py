@@ -34,15 +34,20 @@ SHAPES = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 9), (9, 1), (1, 40), (40, 1), (3, 
 SIGMAS = (0.7, 2.0, (1.0, 3.0), (2.5, 0.6), (0, 1.5), (1.2, 0))
 
 
+@pytest.fixture(autouse=True)
+def _planned_afresh(no_replays):
+    """(Tests here patch the CPU engine's planning and spy on its launches: no replays.)"""
+
+
 @pytest.fixture
 def launches(monkeypatch):
     """The kernels each call launched."""
     seen = []
     launch = cpu._launch
 
-    def spy(fn, args, nitems, nthreads, serial):
+    def spy(fn, args, nitems, nthreads, serial, runs=None):
         seen.append(fn)
-        return launch(fn, args, nitems, nthreads, serial)
+        return launch(fn, args, nitems, nthreads, serial, runs)
 
     monkeypatch.setattr(cpu, "_launch", spy)
     return seen

@@ -37,7 +37,7 @@ from torchfilters._spec import Pass
 
 ENGINES = ("reference", "cpu", "cpu-tiled", "triton")
 MODES = ("reflect", "nearest", "mirror", "wrap", "constant")
-from conftest import interpreted_triton  # noqa: E402
+from conftest import _NoReplays, interpreted_triton  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,7 @@ def backend(request, monkeypatch):
     if name == "cpu-tiled":
         cpu = pytest.importorskip("torchfilters.backends.cpu")
         monkeypatch.setattr(cpu, "_d3_plan", lambda *a, **k: None)
+        monkeypatch.setattr(cpu, "_replays", _NoReplays())
         name = "cpu"
     yield name
 
@@ -234,6 +235,7 @@ def test_dense_correlate_sums_from_positive_zero(engine, weights, mode, monkeypa
     if engine == "cpu-tiled":
         cpu = pytest.importorskip("torchfilters.backends.cpu")
         monkeypatch.setattr(cpu, "_d3_plan", lambda *a, **k: None)
+        monkeypatch.setattr(cpu, "_replays", _NoReplays())
         backend = "cpu"
     rng = np.random.default_rng(7)
     x = np.where(rng.random((2, 6, 9)) < 0.7, -0.0, 0.0)  # mostly -0.0, some +0.0
@@ -260,6 +262,7 @@ def test_dense_correlate_with_an_infinite_weight(engine, monkeypatch):
     if engine == "cpu-tiled":
         cpu = pytest.importorskip("torchfilters.backends.cpu")
         monkeypatch.setattr(cpu, "_d3_plan", lambda *a, **k: None)
+        monkeypatch.setattr(cpu, "_replays", _NoReplays())
         backend = "cpu"
     x = np.random.default_rng(3).random((2, 5, 6)) + 0.5
     for w in ([[1.0, np.inf, 1.0]], [[1.0], [-np.inf], [2.0]], [[np.inf, 1.0, 2.0]]):

@@ -47,7 +47,7 @@ cache.install()  # before the kernel modules: their decorators pick the cache lo
 _tiered.guard_compile(Dispatcher)  # auto calls leave compiling to the background thread
 
 from .adjoint import _K_FILTER_BWD, _k_blur_bwd
-from .buffers import _alloc, empty_cache
+from .buffers import _NP_ALLOC, _alloc, empty_cache
 from .direct import _STREAM_BYTES, _STREAM_MIN_W, _d3_plan
 from .forward import _K_FILTER_FWD, _k_blur_fwd
 from .plan import _blocking, _info, _plan, _prepare, _small
@@ -72,7 +72,25 @@ def available(device: torch.device, dtype: torch.dtype) -> bool:
 # engine entry points
 
 
+#: replays of small forward calls (one thread, a fresh output): ``(id(spec), sizes, strides,
+#: dtype)`` -> ``(spec, itemsize, output sizes, launches)``, each launch ``(kernel, its arguments
+#: after the two pointers, work items)``.  The lowering, plan, layout and kernel lookups of such
+#: a call cost about twice its kernel (a 28x28 plane: 6.6 of 10 us); what they gave depends only
+#: on the key, and on the input's alignment to its item size, which a replay checks.
+_replays: dict = {}
+_REPLAYS_MAX = 1024
+
+
 def _filter_forward_planes(x, spec: FilterSpec, out=None):
+    if out is None:
+        rec = _replays.get((id(spec), x.shape, x.stride(), x.dtype))
+        if rec is not None and rec[0] is spec and x.data_ptr() % rec[1] == 0:
+            o = torch.empty(*rec[2], dtype=x.dtype)
+            xp, op = x.data_ptr(), o.data_ptr()
+            for kernel, tail, nitems in rec[3]:
+                kernel(xp, op, *tail, 0, nitems)
+            return o
+    spec0, x0 = spec, x
     spec = lower(spec, x.shape)
     info = _info(spec)
     if info is None or x.numel() == 0:
@@ -85,32 +103,39 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
     x, o2, _, _, L, tmp = _prepare(x, o, ok)
     d3 = _d3_plan(info, H, W, N, nt, x.element_size(), o2.data_ptr() % x.element_size() == 0)
     args = (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype])
+    serial = _small(N, H, W)
+    runs = []  # what ran, for a replay
     sinfo = None
     if d3 is not None and L[R_X + 4] == W and L[R_X + 5] == 1 and L[R_O + 4] == W and L[R_O + 5] == 1:
         kernel, D, F, T, nitems = d3  # rows contiguous in and out: the direct 3x3 path
-        _launch(kernel, args + (D, F, T, L), nitems, nt, _small(N, H, W))
+        _launch(kernel, args + (D, F, T, L), nitems, nt, serial, runs)
     elif (sinfo := sep_info(spec)) is not None:  # symmetric 1-D passes: the separable path
-        _sep_launch(x, o2, L, sinfo, H, W, N, nt)
+        _sep_launch(x, o2, L, sinfo, H, W, N, nt, runs=runs)
     elif (sums := sep_sum_info(spec, x.dtype)) is not None:  # a sum of two such: one fused
-        if not _sep_launch(x, o2, L, sums[0], H, W, N, nt, second=sums[1]):  # launch, or two
-            _sep_launch(x, o2, L, sums[0], H, W, N, nt)
-            _sep_launch(x, o2, L, sums[1], H, W, N, nt, accumulate=True)
+        if not _sep_launch(x, o2, L, sums[0], H, W, N, nt, second=sums[1], runs=runs):  # launch, or two
+            _sep_launch(x, o2, L, sums[0], H, W, N, nt, runs=runs)
+            _sep_launch(x, o2, L, sums[1], H, W, N, nt, accumulate=True, runs=runs)
     else:
         P, F, per, mp = _plan(info, H, W, _blocking(info, H, W, N, nt))
-        _launch(_K_FILTER_FWD[info.epi], args + (P, F, L), -(-N // mp) * per, nt, _small(N, H, W))
+        _launch(_K_FILTER_FWD[info.epi], args + (P, F, L), -(-N // mp) * per, nt, serial, runs)
     if tmp:
         o.copy_(o2)
+    elif out is None and serial and x is x0 and o.numel() * o.element_size() < _NP_ALLOC:
+        # (a torch.empty output, launches in the calling thread: the call can be replayed)
+        if len(_replays) >= _REPLAYS_MAX:
+            _replays.clear()
+        _replays[(id(spec0), x0.shape, x0.stride(), x0.dtype)] = (spec0, x0.element_size(), tuple(o.shape), tuple(runs))
     return o
 
 
 _NO_SECOND = np.zeros(1, np.float64)
 
 
-def _sep_launch(x, o2, L, sinfo, H, W, N, nt, accumulate=False, second=None):
+def _sep_launch(x, o2, L, sinfo, H, W, N, nt, accumulate=False, second=None, runs=None):
     """The symmetric separable path (``separable``) on prepared tensors (``accumulate``: added to
     ``o2``'s values).  ``second``: a second stencil's info, added per block of rows in the same
     launch where the output is written directly and both plans agree but for the weights;
-    returns whether it ran (else nothing did)."""
+    returns whether it ran (else nothing did).  ``runs``: see :func:`_launch`."""
     isz = x.element_size()
     native = x.dtype in (torch.float32, torch.float64)
     inplace = native and x.data_ptr() % isz == 0 and inplace_ok(x, isz, sinfo)
@@ -126,7 +151,7 @@ def _sep_launch(x, o2, L, sinfo, H, W, N, nt, accumulate=False, second=None):
         if not (direct and F.shape == Fb.shape and np.array_equal(P, P2)):
             return False
     _launch(_k_sep, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, Fb, L, inplace, direct, stream, accumulate),
-            nitems, nt, _small(N, H, W))
+            nitems, nt, _small(N, H, W), runs)
     return True
 
 
@@ -166,6 +191,16 @@ def _threshold(x, threshold):
 
 
 def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
+    if out is None:  # a replay (``_replays``; the mask's address and the threshold per call)
+        key = (id(spec), x.shape, x.stride(), x.dtype, None if mask is None else (mask.shape, mask.stride(), mask.dtype))
+        rec = _replays.get(key)
+        if rec is not None and rec[0] is spec and x.data_ptr() % rec[1] == 0:
+            o = torch.empty(*rec[2], dtype=x.dtype)
+            P, F, L, nitems = rec[3]
+            _k_blur_fwd(x.data_ptr(), 0 if mask is None else mask.data_ptr(), o.data_ptr(), _CARRIER[x.dtype], P, F, L,
+                        _threshold(x, threshold), 0, nitems)
+            return o
+    spec0, x0, mask0 = spec, x, mask
     spec = lower(spec, x.shape)
     info = _info(spec)
     if info is None or x.numel() == 0:
@@ -178,12 +213,19 @@ def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
     o = _alloc(x.shape, x.dtype) if out is None else out
     if mask is not None and mask.shape != x.shape:
         mask = mask.expand(x.shape)
+    mask1 = mask
     x, o2, _, mask, L, tmp = _prepare(x, o, False, None, False, mask)
     ma = 0 if mask is None else mask.data_ptr()
+    serial = _small(N, H, W)
     _launch(_k_blur_fwd, (x.data_ptr(), ma, o2.data_ptr(), _CARRIER[x.dtype], P, F, L, _threshold(x, threshold)),
-            nitems, nt, _small(N, H, W))
+            nitems, nt, serial)
     if tmp:
         o.copy_(o2)
+    elif (out is None and serial and x is x0 and mask is mask1 and o.numel() * o.element_size() < _NP_ALLOC
+          and (mask is None or mask.data_ptr() == mask0.data_ptr())):
+        if len(_replays) >= _REPLAYS_MAX:
+            _replays.clear()
+        _replays[key] = (spec0, x0.element_size(), tuple(o.shape), (P, F, L, nitems))
     return o
 
 

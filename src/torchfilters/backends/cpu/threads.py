@@ -42,8 +42,10 @@ def _get_pool(n):
 
 
 
-def _launch(fn, args, nitems, nthreads, serial):
-    """Run ``fn(*args, it0, it1)`` over the work items.
+def _launch(fn, args, nitems, nthreads, serial, runs=None):
+    """Run ``fn(*args, it0, it1)`` over the work items.  ``runs``: a list to which a launch in
+    the calling thread alone appends ``(fn, args[2:], nitems)`` (a replay's record: the first
+    two arguments are the input's and the output's addresses).
 
     The kernels release the GIL (``nogil``), so a call is split into chunks run
     by ``nthreads`` threads -- the caller plus a small pool -- pulling chunks
@@ -52,6 +54,8 @@ def _launch(fn, args, nitems, nthreads, serial):
     whole inlined kernel and tripled the first-call compile time."""
     if serial or nthreads == 1 or nitems == 1 or _tiered.in_background():
         fn(*args, 0, nitems)
+        if runs is not None:
+            runs.append((fn, args[2:], nitems))
         return
     if _tiered.in_foreground():  # an auto call, which must not compile (``_tiered``)
         _tiered.check_ready(fn, args + (0, 0))
