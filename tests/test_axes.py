@@ -513,9 +513,11 @@ def test_one_axis_filters_run_on_planes_of_the_inputs_rows(monkeypatch, no_repla
     forward and backward.  A 1-D input still runs as a plane of one row."""
     from torchfilters.backends import cpu
 
-    seen = []  # (H, W) of the planes each CPU launch of the separable or tiled path ran on
-    sep, plan = cpu._sep_launch, cpu._plan
+    seen = []  # (H, W) of the planes each CPU launch of the separable (row-wise or stacked) or tiled path ran on
+    sep, stack, plan = cpu._sep_launch, cpu._stack_launch, cpu._plan
     monkeypatch.setattr(cpu, "_sep_launch", lambda x, o2, L, si, H, W, *a, **k: seen.append((H, W)) or sep(x, o2, L, si, H, W, *a, **k))
+    monkeypatch.setattr(cpu, "_stack_launch", lambda x, o2, L, si, H, W, *a: stack(x, o2, L, si, H, W, *a) and (
+        seen.append((H, W)) or True))
     monkeypatch.setattr(cpu, "_plan", lambda info, H, W, *a: seen.append((H, W)) or plan(info, H, W, *a))
     x = rand(2, 3, 6, 9, seed=11)
     xn = to_np(x)

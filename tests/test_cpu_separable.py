@@ -54,7 +54,7 @@ def launches(monkeypatch):
 
 
 def _fast(launches):
-    return bool(launches) and all(fn is separable._k_sep for fn in launches)
+    return bool(launches) and all(fn in (separable._k_sep, cpu._k_stack) for fn in launches)
 
 
 # ------------------------------------------------------------------ the fast path
@@ -196,6 +196,77 @@ def test_out_and_out_aliasing_the_input(launches):
     tf.gaussian_filter(z[:, :, :, :20], 2.0, mode="mirror", out=z[:, :, :, 6:], backend="cpu")  # overlapping
     assert_close(z[:, :, :, 6:], sp_gaussian_filter(x[:, :, :, :20], 2.0, mode="mirror"), rtol=1e-12)
     assert _fast(launches)
+
+
+# ------------------------------------------------------- stacks of small planes, a plane a lane
+
+
+def _bits(t):
+    return t.view(torch.int64 if t.dtype == torch.float64 else torch.int32)
+
+
+def _stacked_and_row_wise(fn, x, launches, out=None):
+    """``fn(x)`` on the stacked path (it must run there alone) and on the row-wise kernel."""
+    launches.clear()
+    y = fn(x) if out is None else fn(x, out=out)
+    assert launches and all(k is cpu._k_stack for k in launches), [getattr(k, "__name__", k) for k in launches]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(cpu, "_stack_launch", lambda *a: False)
+        launches.clear()
+        z = fn(x)
+        assert launches and all(k is separable._k_sep for k in launches)
+    return y, z
+
+
+@pytest.mark.parametrize("dtype", (torch.float64, torch.float32))
+@pytest.mark.parametrize("mode", MODES)
+def test_stacked_small_planes_give_the_row_wise_bits(mode, dtype, launches):
+    """Planes at most ``separable_stack._MAX_W`` wide run a vector's lanes of planes at a time
+    (a last group of fewer): the row-wise kernel's bits, NaN, infinities and signs of zero
+    included, and SciPy's bits in float64; radii past the image fold through the tables."""
+    cases = {
+        "gaussian": lambda t, **k: tf.gaussian_filter(t, 1.5, mode=mode, cval=-0.5, backend="cpu", **k),
+        "per-axis sigma": lambda t, **k: tf.gaussian_filter(t, (0.8, 2.5), mode=mode, cval=-0.5, backend="cpu", **k),
+        "radius past the image": lambda t, **k: tf.gaussian_filter(
+            t, (2.0, 1.0), radius=(2 * t.shape[-2] + 1, 2 * t.shape[-1] + 3), mode=mode, cval=-0.5, backend="cpu", **k),
+        "box": lambda t, **k: tf.uniform_filter(t, (3, 5), mode=mode, cval=-0.5, backend="cpu", **k),
+        "along W": lambda t, **k: tf.gaussian_filter1d(t, 1.2, axis=-1, mode=mode, cval=-0.5, backend="cpu", **k),
+    }
+    for N, h, w in ((16, 8, 8), (37, 5, 3), (9, 1, 20), (20, 13, 1), (11, 30, 7)):
+        x = rand(N, h, w, seed=N + h + w, dtype=dtype)
+        x[0, 0, 0] = float("nan")
+        x[-1, -1, -1] = float("inf")
+        x[N // 2] = 0.0
+        x[N // 2, :, : w // 2] = -0.0
+        for name, fn in cases.items():
+            y, z = _stacked_and_row_wise(fn, x, launches)
+            assert torch.equal(_bits(y), _bits(z)), (name, N, h, w)
+            if dtype == torch.float64 and name != "box" and name != "along W":
+                kw = {"gaussian": dict(sigma=1.5), "per-axis sigma": dict(sigma=(0.8, 2.5)),
+                      "radius past the image": dict(sigma=(2.0, 1.0), radius=(2 * h + 1, 2 * w + 3))}[name]
+                want = sp_gaussian_filter(x, mode=mode, cval=-0.5, **kw)
+                assert np.array_equal(_bits(y).numpy(), want.view(np.int64)), (name, N, h, w)
+
+
+def test_stacked_small_planes_layouts_out_and_threads(launches):
+    """Plane offsets of strided leading dims, ``out=`` views, outputs aliasing the input, and
+    a launch split over the threads: the row-wise kernel's bits."""
+    base = rand(6, 4, 9, 12, seed=41)
+
+    def g(t, **k):
+        return tf.gaussian_filter(t, (1.1, 1.7), mode="mirror", backend="cpu", **k)
+
+    for x in (base[::2, 1:], base.expand(3, 6, 4, 9, 12)[:, :, ::2], rand(700, 9, 12, seed=42)):
+        y, z = _stacked_and_row_wise(g, x, launches)
+        assert torch.equal(_bits(y), _bits(z))
+    out = torch.full((8, 6, 9, 12), float("nan"), dtype=torch.float64)[::2, :4]
+    y, z = _stacked_and_row_wise(g, base[1:5], launches, out=out)
+    assert y is out and torch.equal(_bits(out), _bits(z))
+    a = base.clone()
+    want = g(base)
+    launches.clear()
+    g(a, out=a)  # aliasing: through a temporary
+    assert torch.equal(_bits(a), _bits(want))
 
 
 def test_empty_tensors():

@@ -10,7 +10,8 @@ interpret.
 Modules: ``prims`` (numba primitives), ``tables`` (plan array layout), ``plan``
 (spec to plan tables, call layouts), ``forward`` (tiled forward engine), ``adjoint``
 (tiled backward engine), ``direct`` (the direct 3x3 path), ``separable`` (symmetric
-separable specs: register-blocked fused passes), ``simd`` (explicit vectors for it),
+separable specs: register-blocked fused passes), ``separable_stack`` (the same on stacks of
+narrow planes, a plane a vector lane), ``simd`` (explicit vectors for them),
 ``buffers`` (the output cache), ``threads`` (the thread pool), ``cache`` (where compiled
 kernels are cached), ``volume`` / ``volume_plan`` / ``volume_kernels`` (the volume engine: specs
 of three axes, or two with per-axis modes, that no plane engine maps; ``_planar.adapt`` hands
@@ -53,6 +54,7 @@ from .forward import _K_FILTER_FWD, _k_blur_fwd
 from .plan import _blocking, _info, _plan, _prepare, _small
 from .prims import _CARRIER, _DTYPES
 from .separable import _k_sep, inplace_ok, sep_info, sep_plan, sep_sum_info
+from .separable_stack import _k_stack, stack_lanes, stack_ok, stack_plan
 from .tables import R_O, R_X
 from .threads import _launch, _threads
 
@@ -110,7 +112,8 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
         kernel, D, F, T, nitems = d3  # rows contiguous in and out: the direct 3x3 path
         _launch(kernel, args + (D, F, T, L), nitems, nt, serial, runs)
     elif (sinfo := sep_info(spec)) is not None:  # symmetric 1-D passes: the separable path
-        _sep_launch(x, o2, L, sinfo, H, W, N, nt, runs=runs)
+        if not _stack_launch(x, o2, L, sinfo, H, W, N, nt, serial, runs):  # (many small planes: stacked)
+            _sep_launch(x, o2, L, sinfo, H, W, N, nt, runs=runs)
     elif (sums := sep_sum_info(spec, x.dtype)) is not None:  # a sum of two such: one fused
         if not _sep_launch(x, o2, L, sums[0], H, W, N, nt, second=sums[1], runs=runs):  # launch, or two
             _sep_launch(x, o2, L, sums[0], H, W, N, nt, runs=runs)
@@ -129,6 +132,19 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
 
 
 _NO_SECOND = np.zeros(1, np.float64)
+
+
+def _stack_launch(x, o2, L, sinfo, H, W, N, nt, serial, runs):
+    """The separable path on stacks of small planes, a plane a lane (``separable_stack``), where it
+    fits (float32 / float64, unit column strides); returns whether it ran."""
+    isz = x.element_size()
+    if (x.dtype not in (torch.float32, torch.float64) or not stack_ok(sinfo, H, W, N, isz)
+            or (W > 1 and (L[R_X + 5] != 1 or L[R_O + 5] != 1))):
+        return False
+    P, F = stack_plan(sinfo, H, W)
+    _launch(_k_stack, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L), -(-N // stack_lanes(isz)), nt,
+            serial, runs)
+    return True
 
 
 def _sep_launch(x, o2, L, sinfo, H, W, N, nt, accumulate=False, second=None, runs=None):

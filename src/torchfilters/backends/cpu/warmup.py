@@ -95,6 +95,8 @@ def _calls(dtype: torch.dtype) -> Iterator[tuple[str, Callable[[], object]]]:
     yield "selective_blur axes=(-3, -2, -1)", fwd_bwd(lambda t: tf.selective_blur(t, 0.5, axes=(-3, -2, -1)))
     yield "correlate 3-D (dense)", fwd_bwd(lambda t: tf.correlate(t.unsqueeze(0), [[[1.0, 2.0]], [[3.0, 4.0]]],
                                                                   axes=(-3, -2, -1)))
+    if dtype in (torch.float32, torch.float64):  # many planes a few samples wide: a plane a lane
+        yield "gaussian_filter (stacks of small planes)", lambda: tf.gaussian_filter(torch.rand(16, 8, 8).to(dtype), 1.0)
     # sums of two Gaussians (unsharp mask, difference of Gaussians)
     yield "unsharp_mask", fwd_bwd(lambda t: tf.unsharp_mask(t, 1.0, 0.5))
     yield "difference_of_gaussians", fwd_bwd(lambda t: tf.difference_of_gaussians(t, 0.8))

@@ -1,0 +1,268 @@
+"""**Stacks of small planes** on the symmetric separable path (``separable``): ``lanes`` planes
+at once, each vector lane a plane.
+
+On planes narrower than a vector or two (patches of 8x8 or 16x16) the row-wise kernel spends
+more of its time on per-row work -- the masked tail vector, the pads, a horizontal pass of two
+output vectors whose sums are one chain each -- than on the taps.  Here
+a work item takes ``lanes`` planes (16 in float32) and transposes each ``lanes x lanes`` block of
+their rows in registers (``_vtload``), so that the element ``(row, column)`` of all the planes is
+one vector.  Both passes are then the vertical pass of ``separable._vblock`` -- eight outputs
+at a time, four independent sums each half, the taps folded, no shuffles and no masked lanes --
+the horizontal one on the columns of each row.  The result goes back through the transpose
+(``_vtstore``).  Boundary modes are tables of row / column sources (``constant``: a vector of
+``cval``; SciPy pads each pass's input, the intermediate too).
+
+The arithmetic of each output is the row-wise kernel's, in SciPy's order (``x[i]*w[0]``, then
+``(x[i-k] + x[i+k]) * w[k]`` for ``k = r .. 1``, the vertical pass first, no fused multiply-add):
+float64 results are SciPy's bits, and the two paths give the same bits (the tests compare them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .prims import _JIT, _cvt, _ptr
+from .separable import R, _VL, _fold1, _vblock
+from .simd import VBYTES, Vec, _check_ptr, _esize, _lane_mask, _vld, _vptr, _vsplat, _vst
+from .tables import L_N, R_O, R_X, _poff
+
+__all__ = ["stack_lanes", "stack_ok", "stack_plan", "_k_stack"]
+
+#: the widest and tallest planes taken: from rows of 24 samples on, the row-wise kernel is as
+#: fast (float32, sigma 2, one thread, per 784 samples: 8 wide 3.7 -> 1.5 us, 12: 2.6 -> 1.3,
+#: 16: 1.6 -> 1.1, 20: 1.7 -> 1.3, 24: 1.4 both, 28: 1.2 -> 1.3; benchmarks/RESULTS-cpu.md)
+_MAX_W = 20
+_MAX_H = 256
+_MAX_R = 64
+
+# plan layout (int64 P): header, then the row sources (nblk*R + 2*rv entries: source row or -1)
+# and the column sources of a padded intermediate row (W + 2*rh + R entries)
+K_H, K_W, K_RV, K_RH, K_NBLK, K_ROWT, K_COLT = range(7)
+K_HDR = 7
+
+
+def stack_lanes(itemsize):
+    """Planes per work item: the lanes of a vector."""
+    return VBYTES // itemsize
+
+
+def stack_ok(info, H, W, N, itemsize):
+    """Whether ``N`` planes of ``H x W`` (``itemsize`` bytes) run here with ``sep_info``'s
+    ``info`` (radii of at most ``_MAX_R``: a work item's buffers grow with them)."""
+    return (1 <= W <= _MAX_W and 1 <= H <= _MAX_H and 2 * N >= stack_lanes(itemsize)
+            and len(info[0]) <= _MAX_R + 1 and len(info[1]) <= _MAX_R + 1)
+
+
+_plan_cache: dict = {}
+
+
+def stack_plan(info, H, W):
+    """``(P, F)`` of ``sep_info``'s ``info`` on ``H x W`` planes (cached by identity)."""
+    key = (id(info), H, W)
+    hit = _plan_cache.get(key)
+    if hit is not None and hit[0] is info:
+        return hit[1]
+    wv, wh, mode, cval = info
+    rv, rh = len(wv) - 1, len(wh) - 1
+    nblk = -(-H // R)
+    rows = [_fold1(H, m - rv, mode) for m in range(nblk * R + 2 * rv)]
+    cols = [_fold1(W, m - rh, mode) for m in range(W + 2 * rh + R)]
+    hdr = [H, W, rv, rh, nblk, K_HDR, K_HDR + len(rows)]
+    P = np.asarray(hdr + rows + cols, np.int64)
+    F = np.asarray([cval] + list(wv) + list(wh), np.float64)
+    if len(_plan_cache) > 1024:
+        _plan_cache.clear()
+    _plan_cache[key] = (info, (P, F))
+    return P, F
+
+
+# =============================================================================
+# transposes
+
+
+def _transpose(builder, vecs):
+    """``vecs[i][l] -> out[l][i]`` for ``n`` vectors of ``n`` lanes: log2(n) stages of two-input
+    constant shuffles (butterflies of blocks of 1, 2, 4, ... lanes)."""
+    n = len(vecs)
+    i32v = ir.VectorType(ir.IntType(32), n)
+    b = 1
+    while b < n:
+        lo = ir.Constant(i32v, [lane if not lane & b else n + lane - b for lane in range(n)])
+        hi = ir.Constant(i32v, [lane + b if not lane & b else n + lane for lane in range(n)])
+        new = list(vecs)
+        for i in range(n):
+            if i & b:
+                continue
+            j = i | b
+            new[i] = builder.shuffle_vector(vecs[i], vecs[j], lo)
+            new[j] = builder.shuffle_vector(vecs[i], vecs[j], hi)
+        vecs = new
+        b <<= 1
+    return vecs
+
+
+def _plane_mask(builder, lanes_mask, p, npl):
+    """``lanes_mask`` where plane ``p < npl``, else no lane."""
+    ok = builder.icmp_signed("<", ir.Constant(npl.type, p), npl)
+    return builder.select(ok, lanes_mask, ir.Constant(lanes_mask.type, None))
+
+
+def _masked(builder, vt, name):
+    """``llvm.masked.load`` / ``llvm.masked.store`` of vectors ``vt``."""
+    mt = ir.VectorType(ir.IntType(1), vt.count)
+    sfx = f"v{vt.count}{'f32' if isinstance(vt.element, ir.FloatType) else 'f64'}"
+    if name == "load":
+        fnty = ir.FunctionType(vt, [vt.as_pointer(), ir.IntType(32), mt, vt])
+    else:
+        fnty = ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), ir.IntType(32), mt])
+    return cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.{name}.{sfx}.p0")
+
+
+def _vtype(context, ptr_type):
+    """The vector type of a float32 / float64 pointer's elements (``simd.Vec``)."""
+    return context.get_value_type(Vec(ptr_type.dtype))
+
+
+@intrinsic
+def _vtload(typingctx, dst, d0, src, offs, s0, npl, n):
+    """Transpose in: vector ``c`` at ``dst[d0 + c*lanes]`` (``c < lanes``) holds column ``c`` of
+    ``src[offs[p] + s0 .. + n)`` in lane ``p`` (planes ``p >= npl`` and columns ``>= n`` read as 0;
+    their memory is not touched)."""
+    _check_ptr(dst)
+    _check_ptr(src)
+
+    def codegen(context, builder, sig, args):
+        dp, dd0, sp, op, ss0, np_, nn = args
+        vt = _vtype(context, sig.args[0])
+        n = vt.count
+        lm = _lane_mask(builder, nn, n)
+        load = _masked(builder, vt, "load")
+        vecs = []
+        for p in range(n):
+            off = builder.load(builder.gep(op, [ir.Constant(ir.IntType(64), p)]))
+            ptr = _vptr(builder, sp, builder.add(off, ss0), vt)
+            vecs.append(builder.call(load, [ptr, ir.Constant(ir.IntType(32), _esize(vt)),
+                                            _plane_mask(builder, lm, p, np_), ir.Constant(vt, None)]))
+        for c, v in enumerate(_transpose(builder, vecs)):
+            builder.store(v, _vptr(builder, dp, builder.add(dd0, ir.Constant(dd0.type, c * n)), vt), align=_esize(vt))
+        return context.get_dummy_value()
+
+    return types.void(dst, d0, src, offs, s0, npl, n), codegen
+
+
+@intrinsic
+def _vtstore(typingctx, dst, offs, d0, src, s0, npl, n):
+    """Transpose out: ``dst[offs[p] + d0 .. + n)`` (planes ``p < npl``) gets lane ``p`` of the
+    vectors at ``src[s0 + c*lanes]``, ``c < n`` (nothing else is written)."""
+    _check_ptr(dst)
+    _check_ptr(src)
+
+    def codegen(context, builder, sig, args):
+        dp, op, dd0, sp, ss0, np_, nn = args
+        vt = _vtype(context, sig.args[3])
+        n = vt.count
+        lm = _lane_mask(builder, nn, n)
+        store = _masked(builder, vt, "store")
+        vecs = [builder.load(_vptr(builder, sp, builder.add(ss0, ir.Constant(ss0.type, c * n)), vt), align=_esize(vt))
+                for c in range(n)]
+        for p, v in enumerate(_transpose(builder, vecs)):
+            off = builder.load(builder.gep(op, [ir.Constant(ir.IntType(64), p)]))
+            ptr = _vptr(builder, dp, builder.add(off, dd0), vt)
+            builder.call(store, [v, ptr, ir.Constant(ir.IntType(32), _esize(vt)), _plane_mask(builder, lm, p, np_)])
+        return context.get_dummy_value()
+
+    return types.void(dst, offs, d0, src, s0, npl, n), codegen
+
+
+# =============================================================================
+# the kernel
+
+
+@njit(**_JIT)
+def _k_stack(xa, oa, carrier, Pa, Fa, La, it0, it1):
+    """Work items ``it0 .. it1``: item ``g`` filters planes ``g*lanes .. (g+1)*lanes`` (fewer in the
+    last) with the stack plan ``Pa`` / ``Fa`` (:func:`stack_plan`); unit column strides."""
+    x = _ptr(xa, carrier)
+    o = _ptr(oa, carrier)
+    Fc = _cvt(carrier, Fa)
+    fz = Fc[0]
+    P = _ptr(Pa.ctypes.data, Pa[0])
+    Lp = _ptr(La.ctypes.data, La[0])
+    isz = Fc.itemsize
+    H = P[K_H]
+    W = P[K_W]
+    rv = P[K_RV]
+    rh = P[K_RH]
+    nblk = P[K_NBLK]
+    rowt = P[K_ROWT]
+    colt = P[K_COLT]
+    L = _VL(fz)
+    wv = _ptr(Fc.ctypes.data + isz, fz)
+    wh = _ptr(Fc.ctypes.data + (rv + 2) * isz, fz)
+    cv = _vsplat(_ptr(Fc.ctypes.data, fz), 0)
+    xsH = La[R_X + 4]
+    osH = La[R_O + 4]
+    WP = W + 2 * rh + R  # a padded intermediate row, in vectors (R: a last block's overrun)
+    BS = WP * L
+    # A: the transposed input (H rows of W vectors), then the output of the horizontal pass;
+    # B: the vertical pass's result, padded rows; C: a row of cval vectors (constant mode)
+    abuf = np.empty((H * W + R + L) * L, Fc.dtype)
+    A = _ptr(abuf.ctypes.data, fz)
+    bbuf = np.zeros((nblk * R + 1) * BS, Fc.dtype)  # (zeros: a last block's overrun reads the tail)
+    B = _ptr(bbuf.ctypes.data, fz)
+    cbuf = np.empty((W + L) * L, Fc.dtype)
+    C = _ptr(cbuf.ctypes.data, fz)
+    for j in range(W + L):
+        _vst(C, j * L, cv)
+    nrow = nblk * R + 2 * rv
+    rbuf = np.empty(nrow, np.int64)  # the vertical pass's source rows (addresses)
+    for m in range(nrow):
+        src = P[rowt + m]
+        rbuf[m] = cbuf.ctypes.data if src < 0 else abuf.ctypes.data + src * W * L * isz
+    RV = _ptr(rbuf.ctypes.data, rbuf[0])
+    hbuf = np.empty(WP, np.int64)  # the horizontal pass's source columns, padded (row 0)
+    for m in range(WP):
+        hbuf[m] = bbuf.ctypes.data + m * L * isz
+    RH = _ptr(hbuf.ctypes.data, hbuf[0])
+    xo = np.empty(L, np.int64)
+    oo = np.empty(L, np.int64)
+    XO = _ptr(xo.ctypes.data, xo[0])
+    OO = _ptr(oo.ctypes.data, oo[0])
+    N = Lp[L_N]
+    for g in range(it0, it1):
+        p0 = g * L
+        npl = min(L, N - p0)
+        for p in range(L):
+            q = p0 + min(p, npl - 1)
+            xo[p] = _poff(Lp, np.int64(R_X), q)
+            oo[p] = _poff(Lp, np.int64(R_O), q)
+        for r in range(H):
+            for c in range(0, W, L):
+                _vtload(A, (r * W + c) * L, x, XO, r * xsH + c, npl, min(L, W - c))
+        # vertical pass: B row t, padded column rh + c <- A's rows (folded) at column c
+        for b in range(nblk):
+            nr = min(R, H - b * R)
+            for c in range(W):
+                _vblock(B, b * R * BS + (rh + c) * L, BS, RV, b * R + rv, c * L, L, wv, rv, L, fz, nr)
+        # the pads of the intermediate rows: folded columns, or cval
+        for r in range(H):
+            rb = r * BS
+            for m in range(rh):
+                src = P[colt + m]
+                _vst(B, rb + m * L, cv if src < 0 else _vld(B, rb + (rh + src) * L))
+            for m in range(rh + W, 2 * rh + W):
+                src = P[colt + m]
+                _vst(B, rb + m * L, cv if src < 0 else _vld(B, rb + (rh + src) * L))
+        # horizontal pass: A row r, column c <- B row r's padded columns (eight at a time)
+        for r in range(H):
+            for c in range(0, W, R):
+                _vblock(A, (r * W + c) * L, L, RH, c + rh, r * BS, L, wh, rh, L, fz, min(R, W - c))
+        for r in range(H):
+            for c in range(0, W, L):
+                _vtstore(o, OO, r * osH + c, A, (r * W + c) * L, npl, min(L, W - c))
+    # (numba frees an array after its last use: every buffer read through a raw pointer is used)
+    return abuf.size + bbuf.size + cbuf.size + rbuf.size + hbuf.size + xo.size + oo.size + Fc.size + Pa.size
