@@ -127,55 +127,62 @@ def _vtype(context, ptr_type):
     return context.get_value_type(Vec(ptr_type.dtype))
 
 
-@intrinsic
-def _vtload(typingctx, dst, d0, src, offs, s0, npl, n):
-    """Transpose in: vector ``c`` at ``dst[d0 + c*lanes]`` (``c < lanes``) holds column ``c`` of
-    ``src[offs[p] + s0 .. + n)`` in lane ``p`` (planes ``p >= npl`` and columns ``>= n`` read as 0;
-    their memory is not touched)."""
-    _check_ptr(dst)
-    _check_ptr(src)
-
-    def codegen(context, builder, sig, args):
-        dp, dd0, sp, op, ss0, np_, nn = args
-        vt = _vtype(context, sig.args[0])
-        n = vt.count
-        lm = _lane_mask(builder, nn, n)
-        load = _masked(builder, vt, "load")
-        vecs = []
-        for p in range(n):
-            off = builder.load(builder.gep(op, [ir.Constant(ir.IntType(64), p)]))
-            ptr = _vptr(builder, sp, builder.add(off, ss0), vt)
-            vecs.append(builder.call(load, [ptr, ir.Constant(ir.IntType(32), _esize(vt)),
-                                            _plane_mask(builder, lm, p, np_), ir.Constant(vt, None)]))
-        for c, v in enumerate(_transpose(builder, vecs)):
-            builder.store(v, _vptr(builder, dp, builder.add(dd0, ir.Constant(dd0.type, c * n)), vt), align=_esize(vt))
-        return context.get_dummy_value()
-
-    return types.void(dst, d0, src, offs, s0, npl, n), codegen
+def _plane_io(builder, vt, base, offs, d, p, lm, npl):
+    """Plane ``p``'s vector pointer ``base + offs[p] + d`` and its lane mask (``lm`` where
+    ``p < npl``), with the element size as LLVM's alignment argument."""
+    off = builder.load(builder.gep(offs, [ir.Constant(ir.IntType(64), p)]))
+    return (_vptr(builder, base, builder.add(off, d), vt), ir.Constant(ir.IntType(32), _esize(vt)),
+            _plane_mask(builder, lm, p, npl))
 
 
-@intrinsic
-def _vtstore(typingctx, dst, offs, d0, src, s0, npl, n):
-    """Transpose out: ``dst[offs[p] + d0 .. + n)`` (planes ``p < npl``) gets lane ``p`` of the
-    vectors at ``src[s0 + c*lanes]``, ``c < n`` (nothing else is written)."""
-    _check_ptr(dst)
-    _check_ptr(src)
+def _make_transpose(to_planes):
+    """The transpose of ``lanes`` vectors between the planes and a buffer of vectors, either way:
+    ``f(dst, d0, src, s0, offs, npl, n)``.
 
-    def codegen(context, builder, sig, args):
-        dp, op, dd0, sp, ss0, np_, nn = args
-        vt = _vtype(context, sig.args[3])
-        n = vt.count
-        lm = _lane_mask(builder, nn, n)
-        store = _masked(builder, vt, "store")
-        vecs = [builder.load(_vptr(builder, sp, builder.add(ss0, ir.Constant(ss0.type, c * n)), vt), align=_esize(vt))
-                for c in range(n)]
-        for p, v in enumerate(_transpose(builder, vecs)):
-            off = builder.load(builder.gep(op, [ir.Constant(ir.IntType(64), p)]))
-            ptr = _vptr(builder, dp, builder.add(off, dd0), vt)
-            builder.call(store, [v, ptr, ir.Constant(ir.IntType(32), _esize(vt)), _plane_mask(builder, lm, p, np_)])
-        return context.get_dummy_value()
+    * into the buffer (``to_planes`` false, :data:`_vtload`): vector ``c`` at
+      ``dst[d0 + c*lanes]`` (``c < lanes``) holds column ``c`` of ``src[offs[p] + s0 .. + n)`` in
+      lane ``p`` (planes ``p >= npl`` and columns ``>= n`` read as 0; their memory is not touched);
+    * back to the planes (:data:`_vtstore`): ``dst[offs[p] + d0 .. + n)`` (planes ``p < npl``)
+      gets lane ``p`` of the vectors at ``src[s0 + c*lanes]``, ``c < n`` (nothing else is written).
+    """
 
-    return types.void(dst, offs, d0, src, s0, npl, n), codegen
+    @intrinsic
+    def transpose(typingctx, dst, d0, src, s0, offs, npl, n):
+        _check_ptr(dst)
+        _check_ptr(src)
+
+        def codegen(context, builder, sig, args):
+            dp, dd0, sp, ss0, op, np_, nn = args
+            vt = _vtype(context, sig.args[0])
+            k = vt.count
+            lm = _lane_mask(builder, nn, k)
+
+            def vec(base, i, c):  # the buffer's vector c
+                return _vptr(builder, base, builder.add(i, ir.Constant(i.type, c * k)), vt)
+
+            if to_planes:
+                vecs = [builder.load(vec(sp, ss0, c), align=_esize(vt)) for c in range(k)]
+            else:
+                load = _masked(builder, vt, "load")
+                vecs = [builder.call(load, [*_plane_io(builder, vt, sp, op, ss0, p, lm, np_), ir.Constant(vt, None)])
+                        for p in range(k)]
+            vecs = _transpose(builder, vecs)
+            if to_planes:
+                store = _masked(builder, vt, "store")
+                for p, v in enumerate(vecs):
+                    builder.call(store, [v, *_plane_io(builder, vt, dp, op, dd0, p, lm, np_)])
+            else:
+                for c, v in enumerate(vecs):
+                    builder.store(v, vec(dp, dd0, c), align=_esize(vt))
+            return context.get_dummy_value()
+
+        return types.void(dst, d0, src, s0, offs, npl, n), codegen
+
+    return transpose
+
+
+_vtload = _make_transpose(False)
+_vtstore = _make_transpose(True)
 
 
 # =============================================================================
@@ -242,7 +249,7 @@ def _k_stack(xa, oa, carrier, Pa, Fa, La, it0, it1):
             oo[p] = _poff(Lp, np.int64(R_O), q)
         for r in range(H):
             for c in range(0, W, L):
-                _vtload(A, (r * W + c) * L, x, XO, r * xsH + c, npl, min(L, W - c))
+                _vtload(A, (r * W + c) * L, x, r * xsH + c, XO, npl, min(L, W - c))
         # vertical pass: B row t, padded column rh + c <- A's rows (folded) at column c
         for b in range(nblk):
             nr = min(R, H - b * R)
@@ -263,6 +270,6 @@ def _k_stack(xa, oa, carrier, Pa, Fa, La, it0, it1):
                 _vblock(A, (r * W + c) * L, L, RH, c + rh, r * BS, L, wh, rh, L, fz, min(R, W - c))
         for r in range(H):
             for c in range(0, W, L):
-                _vtstore(o, OO, r * osH + c, A, (r * W + c) * L, npl, min(L, W - c))
+                _vtstore(o, r * osH + c, A, (r * W + c) * L, OO, npl, min(L, W - c))
     # (numba frees an array after its last use: every buffer read through a raw pointer is used)
     return abuf.size + bbuf.size + cbuf.size + rbuf.size + hbuf.size + xo.size + oo.size + Fc.size + Pa.size
