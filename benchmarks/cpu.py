@@ -251,7 +251,8 @@ def section_a2():
 
 
 def section_c():
-    for shape, label in (((200, 128, 28, 28), "(200, 128, 28, 28)"), ((1, 1, 4096, 4096), "one 4096x4096 image")):
+    for shape, label in (((200, 128, 28, 28), "(200, 128, 28, 28)"), ((1, 1, 4096, 4096), "one 4096x4096 image"),
+                         ((4096, 16, 16, 16), "(4096, 16, 16, 16) patches")):
         print(f"\n(c) gaussian_filter sigma=2 (truncate 4: 17 taps), {label}, float32, mode='reflect'")
         S = "c " + label
         x = torch.randn(*shape)
@@ -259,7 +260,9 @@ def section_c():
         t_new = row(S, "torchfilters.gaussian_filter(x, 2.0)", median(lambda: tf.gaussian_filter(x, 2.0)))
         t_out = row(S, "torchfilters.gaussian_filter(x, 2.0, out=y)", median(lambda: tf.gaussian_filter(x, 2.0, out=y)))
         t_floor = row(S, "floor: torch.neg(x, out=y)", median(lambda: torch.neg(x, out=y)))
-        ratio_line(f"{t_new / t_floor:.2f}x the floor (target <= 2x); with out=: {t_out / t_floor:.2f}x")
+        issue = "patches" not in label  # (issue 10's targets: the batch and the large image)
+        ratio_line(f"{t_new / t_floor:.2f}x the floor{' (target <= 2x)' if issue else ''}; "
+                   f"with out=: {t_out / t_floor:.2f}x")
         others = {}
         if ndi is not None:
             xn = x.numpy()
@@ -275,10 +278,11 @@ def section_c():
                     lambda: cv2.GaussianBlur(xn[0, 0], (17, 17), 2.0, borderType=cv2.BORDER_REFLECT))
             else:
                 def opencv_per_sample():
-                    out = np.empty((shape[0], 28, 28, shape[1]), np.float32)
+                    h, w = shape[-2:]
+                    out = np.empty((shape[0], h, w, shape[1]), np.float32)
                     for b in range(shape[0]):
                         img = np.ascontiguousarray(xn[b].transpose(1, 2, 0))
-                        out[b] = cv2.GaussianBlur(img, (17, 17), 2.0, borderType=cv2.BORDER_REFLECT).reshape(28, 28, -1)
+                        out[b] = cv2.GaussianBlur(img, (17, 17), 2.0, borderType=cv2.BORDER_REFLECT).reshape(h, w, -1)
                     return out
 
                 others["OpenCV GaussianBlur (17x17) per sample (HWC)"] = median(opencv_per_sample, slow=True)
@@ -286,6 +290,7 @@ def section_c():
             row(S, lab, t)
         for lab, t in others.items():
             tgt = {"OpenCV": " (target >= 2x)", "SciPy": " (target >= 8x)"}.get(lab.split()[0], " (target >= 5x)")
+            tgt = tgt if issue else ""
             ratio_line(f"{t / t_new:.1f}x faster than {lab}{tgt}; with out=: {t / t_out:.1f}x")
         del x, y
         fresh()
