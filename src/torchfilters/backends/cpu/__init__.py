@@ -135,15 +135,13 @@ _NO_SECOND = np.zeros(1, np.float64)
 
 
 def _stack_launch(x, o2, L, sinfo, H, W, N, nt, serial, runs):
-    """The separable path on stacks of small planes, a plane a lane (``separable_stack``), where it
-    fits (float32 / float64, unit column strides); returns whether it ran."""
-    isz = x.element_size()
-    if (x.dtype not in (torch.float32, torch.float64) or not stack_ok(sinfo, H, W, N, isz)
-            or (W > 1 and (L[R_X + 5] != 1 or L[R_O + 5] != 1))):
+    """The separable path on stacks of narrow planes, a plane a lane (``separable_stack``), where
+    it fits (``stack_ok``; unit column strides); returns whether it ran."""
+    if not stack_ok(sinfo, H, W, N, x.dtype) or (W > 1 and (L[R_X + 5] != 1 or L[R_O + 5] != 1)):
         return False
     P, F = stack_plan(sinfo, H, W)
-    _launch(_k_stack, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L), -(-N // stack_lanes(isz)), nt,
-            serial, runs)
+    _launch(_k_stack, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L), -(-N // stack_lanes(x.element_size())),
+            nt, serial, runs)
     return True
 
 

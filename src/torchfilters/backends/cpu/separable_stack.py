@@ -14,12 +14,15 @@ the horizontal one on the columns of each row.  The result goes back through the
 
 The arithmetic of each output is the row-wise kernel's, in SciPy's order (``x[i]*w[0]``, then
 ``(x[i-k] + x[i+k]) * w[k]`` for ``k = r .. 1``, the vertical pass first, no fused multiply-add):
-float64 results are SciPy's bits, and the two paths give the same bits (the tests compare them).
+the two paths give the same bits (the tests compare them, and the kernel's float64 results with
+SciPy's), but for the sign of a NaN: which of two NaNs an x86 add passes on follows the operand
+order LLVM chose, which no engine fixes.  Float32 only (:data:`DTYPES`).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import torch
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -32,12 +35,16 @@ from .tables import L_N, R_O, R_X, _poff
 
 __all__ = ["stack_lanes", "stack_ok", "stack_plan", "_k_stack"]
 
-#: the widest and tallest planes taken: from rows of 24 samples on, the row-wise kernel is as
-#: fast (float32, sigma 2, one thread, per 784 samples: 8 wide 3.7 -> 1.5 us, 12: 2.6 -> 1.3,
-#: 16: 1.6 -> 1.1, 20: 1.7 -> 1.3, 24: 1.4 both, 28: 1.2 -> 1.3; benchmarks/RESULTS-cpu.md)
+#: the widest planes taken: from rows of 24 samples on, the row-wise kernel is as fast (float32,
+#: sigma 2, one thread, per 784 samples: 8 wide 3.7 -> 1.5 us, 12: 2.6 -> 1.3, 16: 1.6 -> 1.1,
+#: 20: 1.7 -> 1.3, 24: 1.4 both, 28: 1.2 -> 1.3; benchmarks/RESULTS-cpu.md)
 _MAX_W = 20
-_MAX_H = 256
+#: a work item's two buffers (the transposed planes, the padded intermediate) in bytes at most:
+#: past the L2 cache the gain is gone (64 planes of 256 x 20: 1 MiB, 0.97-0.99 of the row-wise time)
+_MAX_BYTES = 768 << 10
 _MAX_R = 64
+#: the dtypes taken: float64 (8 lanes) ran within 10% of the row-wise kernel either way
+DTYPES = (torch.float32,)
 
 # plan layout (int64 P): header, then the row sources (nblk*R + 2*rv entries: source row or -1)
 # and the column sources of a padded intermediate row (W + 2*rh + R entries)
@@ -50,11 +57,15 @@ def stack_lanes(itemsize):
     return VBYTES // itemsize
 
 
-def stack_ok(info, H, W, N, itemsize):
-    """Whether ``N`` planes of ``H x W`` (``itemsize`` bytes) run here with ``sep_info``'s
-    ``info`` (radii of at most ``_MAX_R``: a work item's buffers grow with them)."""
-    return (1 <= W <= _MAX_W and 1 <= H <= _MAX_H and 2 * N >= stack_lanes(itemsize)
-            and len(info[0]) <= _MAX_R + 1 and len(info[1]) <= _MAX_R + 1)
+def stack_ok(info, H, W, N, dtype):
+    """Whether ``N`` planes of ``H x W`` of ``dtype`` run here with ``sep_info``'s ``info``: narrow
+    planes, radii of at most ``_MAX_R``, buffers of at most ``_MAX_BYTES``, and groups of planes
+    at least four-fifths full (a last group of one plane costs a whole group)."""
+    if dtype not in DTYPES or not 1 <= W <= _MAX_W or len(info[0]) > _MAX_R + 1 or len(info[1]) > _MAX_R + 1:
+        return False
+    lanes = stack_lanes(dtype.itemsize)
+    rh = len(info[1]) - 1
+    return H * (2 * W + 2 * rh + R) * VBYTES <= _MAX_BYTES and 4 * -(-N // lanes) * lanes <= 5 * N
 
 
 _plan_cache: dict = {}

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 import torch
 
 from .. import _tiered
-from . import cache, direct
+from . import cache, direct, separable_stack
 
 #: dtypes the engine runs
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -95,7 +95,7 @@ def _calls(dtype: torch.dtype) -> Iterator[tuple[str, Callable[[], object]]]:
     yield "selective_blur axes=(-3, -2, -1)", fwd_bwd(lambda t: tf.selective_blur(t, 0.5, axes=(-3, -2, -1)))
     yield "correlate 3-D (dense)", fwd_bwd(lambda t: tf.correlate(t.unsqueeze(0), [[[1.0, 2.0]], [[3.0, 4.0]]],
                                                                   axes=(-3, -2, -1)))
-    if dtype in (torch.float32, torch.float64):  # many planes a few samples wide: a plane a lane
+    if dtype in separable_stack.DTYPES:  # many planes a few samples wide: a plane a lane
         yield "gaussian_filter (stacks of small planes)", lambda: tf.gaussian_filter(torch.rand(16, 8, 8).to(dtype), 1.0)
     # sums of two Gaussians (unsharp mask, difference of Gaussians)
     yield "unsharp_mask", fwd_bwd(lambda t: tf.unsharp_mask(t, 1.0, 0.5))
