@@ -673,3 +673,25 @@ def test_replayed_small_calls_give_the_bits_of_calls_planned_afresh(dtype, monke
                 assert torch.equal(bits(y), bits(fresh)), (name, mode, x.shape, x.stride())
             assert replays.hits - hits >= len(inputs), (name, mode, replays.hits - hits)  # replays did run
 
+
+
+def test_a_default_device_does_not_move_cpu_outputs():
+    """``torch.set_default_device`` / ``with torch.device(...)`` make factory calls without a
+    device land there: the engine's outputs, temporaries and replays are made on the CPU (a
+    ``meta`` default device crashed the process: found by review)."""
+    x = rand(2, 3, 9, 11, seed=3)
+    small = rand(1, 1, 6, 7, seed=4)
+    calls = [lambda t: tf.gradient_magnitude(t, backend="cpu"),
+             lambda t: tf.gaussian_filter(t, 1.2, backend="cpu"),
+             lambda t: tf.selective_blur(t, 0.5, backend="cpu"),
+             lambda t: tf.median_filter(t, 3, backend="cpu"),
+             lambda t: tf.gaussian_filter(t, 1.0, axes=(-3, -2, -1), backend="cpu"),
+             lambda t: tf.gaussian_filter(t.transpose(-1, -2), 1.0, backend="cpu",  # (a copy of the input)
+                                          out=torch.empty_like(t, device="cpu").transpose(-1, -2))]
+    for t in (x, small):
+        want = [f(t) for f in calls]
+        for _ in range(2):  # planned, then replayed
+            with torch.device("meta"):
+                got = [f(t) for f in calls]
+            for a, b in zip(got, want):
+                assert a.device.type == "cpu" and torch.equal(a, b)

@@ -48,7 +48,7 @@ cache.install()  # before the kernel modules: their decorators pick the cache lo
 _tiered.guard_compile(Dispatcher)  # auto calls leave compiling to the background thread
 
 from .adjoint import _K_FILTER_BWD, _k_blur_bwd
-from .buffers import _NP_ALLOC, _alloc, empty_cache
+from .buffers import _CPU, _NP_ALLOC, _alloc, empty_cache
 from .direct import _STREAM_BYTES, _STREAM_MIN_W, _d3_plan
 from .forward import _K_FILTER_FWD, _k_blur_fwd
 from .plan import _blocking, _info, _plan, _prepare, _small
@@ -87,7 +87,7 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
     if out is None:
         rec = _replays.get((id(spec), x.shape, x.stride(), x.dtype))
         if rec is not None and rec[0] is spec and x.data_ptr() % rec[1] == 0:
-            o = torch.empty(*rec[2], dtype=x.dtype)
+            o = torch.empty(*rec[2], dtype=x.dtype, device=_CPU)
             xp, op = x.data_ptr(), o.data_ptr()
             for kernel, tail, nitems in rec[3]:
                 kernel(xp, op, *tail, 0, nitems)
@@ -201,7 +201,7 @@ def _threshold(x, threshold):
         return float(np.float32(threshold))
     if dt == torch.float16:
         return float(np.float16(threshold))
-    return float(torch.tensor(threshold, dtype=dt))
+    return float(torch.tensor(threshold, dtype=dt, device=_CPU))
 
 
 def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
@@ -209,7 +209,7 @@ def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
         key = (id(spec), x.shape, x.stride(), x.dtype, None if mask is None else (mask.shape, mask.stride(), mask.dtype))
         rec = _replays.get(key)
         if rec is not None and rec[0] is spec and x.data_ptr() % rec[1] == 0:
-            o = torch.empty(*rec[2], dtype=x.dtype)
+            o = torch.empty(*rec[2], dtype=x.dtype, device=_CPU)
             P, F, L, nitems = rec[3]
             _k_blur_fwd(x.data_ptr(), 0 if mask is None else mask.data_ptr(), o.data_ptr(), _CARRIER[x.dtype], P, F, L,
                         _threshold(x, threshold), 0, nitems)

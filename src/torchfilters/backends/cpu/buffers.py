@@ -27,6 +27,8 @@ import torch
 from .prims import _NP_STORAGE
 
 #: fresh outputs of at least this many bytes are allocated by NumPy (huge pages)
+#: the device of every output made here (not the default device: ``torch.set_default_device``)
+_CPU = torch.device("cpu")
 _NP_ALLOC = 1 << 20
 
 
@@ -176,4 +178,4 @@ def _alloc(shape, dtype):
             t = t.view(torch.bfloat16)
         return t.view(shape)
     # (sizes unpacked: torch parses them in about half the time of a torch.Size)
-    return torch.empty(*shape, dtype=dtype) if len(shape) else torch.empty((), dtype=dtype)
+    return torch.empty(*shape, dtype=dtype, device=_CPU) if len(shape) else torch.empty((), dtype=dtype, device=_CPU)

@@ -357,7 +357,7 @@ def _prepare(x, o, ok, g=None, gk=False, m=None):
         m = m.contiguous()
     tmp = roles[1] is None
     if tmp:
-        o = torch.empty(o.shape, dtype=o.dtype)
+        o = torch.empty(o.shape, dtype=o.dtype, device="cpu")
     return x, o, g, m, _layout(x, o, ok, g, gk, m), tmp
 
 

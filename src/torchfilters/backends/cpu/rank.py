@@ -210,7 +210,7 @@ def _network(m: int, kx: int, rank: int):
 def _scalar(v, dtype, cd):
     """``cval`` as the reference pads (rounded to the input's dtype), as a compute-dtype scalar."""
     if dtype not in (torch.float32, torch.float64):
-        v = float(torch.tensor(v, dtype=dtype))
+        v = float(torch.tensor(v, dtype=dtype, device="cpu"))
     return np.float64(v) if cd == torch.float64 else np.float32(v)
 
 
@@ -227,7 +227,7 @@ def _target(x, out, cd):
         return out, True
     if out is None and x.dtype == cd:
         return _alloc(x.shape, cd), True
-    return torch.empty(x.shape, dtype=cd), False
+    return torch.empty(x.shape, dtype=cd, device="cpu"), False
 
 
 def _deliver(o, direct, x, out):
@@ -323,7 +323,7 @@ def rank_backward(grad, x, y, spec, out=None):
         A = out.zero_()
         direct = True
     else:
-        A = torch.zeros(x.shape, dtype=cd)
+        A = torch.zeros(x.shape, dtype=cd, device="cpu")
         direct = out is None and x.dtype == cd
     banded = not serial and N < 2 * nt and H >= 32
     if banded:

@@ -104,7 +104,7 @@ def _target(out, shape, cd, k):
         r = _role(out, k)
         if r is not None:
             return out, r, False
-    o = _alloc(shape, cd) if out is None else torch.empty(shape, dtype=cd)
+    o = _alloc(shape, cd) if out is None else torch.empty(shape, dtype=cd, device="cpu")
     return o, _role(o, k), out is not None
 
 
@@ -234,7 +234,7 @@ def _threshold(x, threshold):
     dt = x.dtype
     if dt == torch.float64:
         return float(threshold)
-    return float(torch.tensor(threshold, dtype=dt))
+    return float(torch.tensor(threshold, dtype=dt, device="cpu"))
 
 
 def _selection(x, s, rs, mask, threshold, nd, cd):
@@ -286,7 +286,7 @@ def _deliver(vp, nv, src, rsrc, x, shape3, out, nd, cd, *extra, comps=False, osh
     ``oshape`` (default ``x``'s; ``comps``: the output has a component axis)."""
     oshape = x.shape if oshape is None else oshape
     if out is None and x.dtype != cd:
-        o = torch.empty(shape3, dtype=cd)
+        o = torch.empty(shape3, dtype=cd, device="cpu")
         _run(vp, nv, src, rsrc, o, _role(o, comps), *extra)
         return o.to(x.dtype).view(oshape)
     o, ro, copy = _target(None if out is None else _vol(out, nd, comps), shape3, cd, comps)

@@ -124,16 +124,23 @@ def _calls(dtype: torch.dtype) -> Iterator[tuple[str, Callable[[], object]]]:
 
 @contextlib.contextmanager
 def _streaming():
-    """Make the direct path pick its streaming-store variant for any output size."""
-    saved = direct._STREAM_BYTES, direct._STREAM_MIN_W, direct._d3_cache.copy()
+    """Make the direct path pick its streaming-store variant for any output size (and record no
+    replay of those calls: a later call of the same size would replay the forced variant)."""
+    import sys
+
+    replays = sys.modules[__package__]._replays
+    saved = direct._STREAM_BYTES, direct._STREAM_MIN_W, direct._d3_cache.copy(), replays.copy()
     direct._STREAM_BYTES = direct._STREAM_MIN_W = 0
     direct._d3_cache.clear()
+    replays.clear()
     try:
         yield
     finally:
         direct._STREAM_BYTES, direct._STREAM_MIN_W = saved[:2]
         direct._d3_cache.clear()
         direct._d3_cache.update(saved[2])
+        replays.clear()
+        replays.update(saved[3])
 
 
 def _kernels():
