@@ -67,7 +67,7 @@ def pair_weights(sigma: float, truncate: float = 4.0):
 def fold_map(n: int, r: int, mode: str) -> np.ndarray:
     """int64 ``(n + 2 r,)``: the index read at positions ``-r .. n + r - 1`` of an axis of size
     ``n`` (``reference.fold_indices``, SciPy's folding), ``-1`` for ``cval``."""
-    idx = _reference.fold_indices(n, -r, n + 2 * r, mode).numpy().astype(np.int64)
+    idx = _reference.fold_indices(n, -r, n + 2 * r, mode, device="cpu").numpy().astype(np.int64)
     if mode == "constant":
         idx[idx == n] = -1
     return idx

@@ -52,7 +52,7 @@ def _cd(dtype):
 @functools.lru_cache(maxsize=512)
 def _fold(n: int, lo: int, k: int, mode: str) -> np.ndarray:
     """Source index of padded positions ``0 .. n+k-2`` (offset ``lo``); ``-1``: padding."""
-    t = reference.fold_indices(n, lo, n + k - 1, mode).numpy().astype(np.int64)
+    t = reference.fold_indices(n, lo, n + k - 1, mode, device="cpu").numpy().astype(np.int64)
     if mode == "constant":
         t[t == n] = -1
     return t

@@ -122,7 +122,7 @@ def modes3(spec):
 
 
 def _fold(n, lo, length, mode):
-    idx = reference.fold_indices(n, lo, length, mode).numpy().astype(np.int64)
+    idx = reference.fold_indices(n, lo, length, mode, device="cpu").numpy().astype(np.int64)
     if mode == "constant":
         idx[idx == n] = -1
     return idx
