@@ -77,6 +77,17 @@ def engine(request):
     return request.param
 
 
+def float_bits(t, nan_sign: bool = True):
+    """The bits of a float tensor (or array) as integers of its width, to compare results bit for
+    bit; ``nan_sign=False`` makes every NaN the positive quiet NaN first (the sign of a NaN is not
+    part of the engines' contract: which of two NaNs an x86 add passes on follows the compiled
+    operand order)."""
+    t = torch.as_tensor(t)
+    if not nan_sign:
+        t = torch.where(t.isnan(), torch.full_like(t, float("nan")).abs(), t)
+    return t.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[t.element_size()])
+
+
 class _NoReplays(dict):
     """A ``cpu._replays`` that keeps nothing: every small call is planned afresh."""
 

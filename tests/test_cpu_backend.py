@@ -22,7 +22,7 @@ from torchfilters._spec import BlurSpec, FilterSpec
 cpu = backends.get("cpu")
 pytestmark = pytest.mark.skipif(cpu is None, reason="numba is not installed")
 
-from conftest import BASE_MODES, LOW_DTYPES, MODES, OPS, examples, grid, op_out_shape, pattern_mask, rand  # noqa: E402
+from conftest import BASE_MODES, LOW_DTYPES, MODES, OPS, examples, float_bits, grid, op_out_shape, pattern_mask, rand  # noqa: E402
 
 MODES5 = BASE_MODES
 SHAPES = ((2, 1, 7, 5), (1, 1, 1, 1), (3, 1, 6), (2, 5, 1), (1, 2, 3), (1, 11, 4))
@@ -655,10 +655,6 @@ def test_replayed_small_calls_give_the_bits_of_calls_planned_afresh(dtype, monke
     if dtype != torch.float64:
         cases = {name: cases[name] for name in _REPLAY_SUBSET}
 
-    def bits(t):
-        return t.view(torch.int16) if t.dtype == torch.bfloat16 else t.view(torch.int64 if t.dtype == torch.float64
-                                                                            else torch.int32)
-
     for name, op in cases.items():
         for mode in ("reflect", "wrap"):
             replays.clear()
@@ -670,7 +666,7 @@ def test_replayed_small_calls_give_the_bits_of_calls_planned_afresh(dtype, monke
                 fresh = op(x, mode=mode, backend="cpu")
                 replays.clear()
                 replays.update(saved)
-                assert torch.equal(bits(y), bits(fresh)), (name, mode, x.shape, x.stride())
+                assert torch.equal(float_bits(y), float_bits(fresh)), (name, mode, x.shape, x.stride())
             assert replays.hits - hits >= len(inputs), (name, mode, replays.hits - hits)  # replays did run
 
 

@@ -27,7 +27,7 @@ from torchfilters.backends import _lowering
 cpu = pytest.importorskip("torchfilters.backends.cpu")
 separable = cpu.separable
 
-from conftest import BASE_MODES, CVAL, MODES, assert_close, rand, sp_gaussian_filter, sp_selective_blur  # noqa: E402
+from conftest import BASE_MODES, CVAL, MODES, assert_close, float_bits, rand, sp_gaussian_filter, sp_selective_blur  # noqa: E402
 
 SHAPES = ((1, 1), (1, 2), (2, 1), (2, 2), (1, 9), (9, 1), (1, 40), (40, 1), (3, 5), (7, 9), (16, 16), (17, 33),
           (28, 28), (40, 3), (5, 70))
@@ -202,12 +202,7 @@ def test_out_and_out_aliasing_the_input(launches):
 
 
 def _bits(t):
-    """The bits of ``t``, every NaN made the positive quiet NaN: the sign of a NaN is not part of
-    the engines' contract (which of two NaNs an x86 add passes on follows the compiled operand
-    order)."""
-    t = torch.as_tensor(t)
-    t = torch.where(t.isnan(), torch.full_like(t, float("nan")).abs(), t)
-    return t.view(torch.int64 if t.dtype == torch.float64 else torch.int32)
+    return float_bits(t, nan_sign=False)
 
 
 def _stacked_and_row_wise(fn, x, launches, out=None):

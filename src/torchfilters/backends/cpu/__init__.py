@@ -51,10 +51,10 @@ from .adjoint import _K_FILTER_BWD, _k_blur_bwd
 from .buffers import _CPU, _NP_ALLOC, _alloc, empty_cache
 from .direct import _STREAM_BYTES, _STREAM_MIN_W, _d3_plan
 from .forward import _K_FILTER_FWD, _k_blur_fwd
-from .plan import _blocking, _info, _plan, _prepare, _small
+from .plan import _blocking, _info, _plan, _prepare, _small, _threshold
 from .prims import _CARRIER, _DTYPES
-from .separable import _k_sep, inplace_ok, sep_info, sep_plan, sep_sum_info
-from .separable_stack import _k_stack, stack_lanes, stack_ok, stack_plan
+from .separable import _k_sep, _lanes, inplace_ok, sep_info, sep_plan, sep_sum_info
+from .separable_stack import _k_stack, stack_ok, stack_plan
 from .tables import R_O, R_X
 from .threads import _launch, _threads
 
@@ -83,13 +83,29 @@ _replays: dict = {}
 _REPLAYS_MAX = 1024
 
 
+def _replay(key, spec, x):
+    """``(output, launches)`` of the record under ``key`` (made for ``spec``, an input aligned as
+    ``x`` is), or None."""
+    rec = _replays.get(key)
+    if rec is None or rec[0] is not spec or x.data_ptr() % rec[1]:
+        return None
+    return torch.empty(*rec[2], dtype=x.dtype, device=_CPU), rec[3]
+
+
+def _record(key, spec, x, out_shape, launches):
+    if len(_replays) >= _REPLAYS_MAX:
+        _replays.clear()
+    _replays[key] = (spec, x.element_size(), tuple(out_shape), launches)
+
+
 def _filter_forward_planes(x, spec: FilterSpec, out=None):
     if out is None:
-        rec = _replays.get((id(spec), x.shape, x.stride(), x.dtype))
-        if rec is not None and rec[0] is spec and x.data_ptr() % rec[1] == 0:
-            o = torch.empty(*rec[2], dtype=x.dtype, device=_CPU)
+        key = (id(spec), x.shape, x.stride(), x.dtype)
+        hit = _replay(key, spec, x)
+        if hit is not None:
+            o, launches = hit
             xp, op = x.data_ptr(), o.data_ptr()
-            for kernel, tail, nitems in rec[3]:
+            for kernel, tail, nitems in launches:
                 kernel(xp, op, *tail, 0, nitems)
             return o
     spec0, x0 = spec, x
@@ -124,10 +140,7 @@ def _filter_forward_planes(x, spec: FilterSpec, out=None):
     if tmp:
         o.copy_(o2)
     elif out is None and serial and x is x0 and o.numel() * o.element_size() < _NP_ALLOC:
-        # (a torch.empty output, launches in the calling thread: the call can be replayed)
-        if len(_replays) >= _REPLAYS_MAX:
-            _replays.clear()
-        _replays[(id(spec0), x0.shape, x0.stride(), x0.dtype)] = (spec0, x0.element_size(), tuple(o.shape), tuple(runs))
+        _record(key, spec0, x0, o.shape, tuple(runs))  # (a torch.empty output, launches in this thread)
     return o
 
 
@@ -140,7 +153,7 @@ def _stack_launch(x, o2, L, sinfo, H, W, N, nt, serial, runs):
     if not stack_ok(sinfo, H, W, N, x.dtype) or (W > 1 and (L[R_X + 5] != 1 or L[R_O + 5] != 1)):
         return False
     P, F = stack_plan(sinfo, H, W)
-    _launch(_k_stack, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L), -(-N // stack_lanes(x.element_size())),
+    _launch(_k_stack, (x.data_ptr(), o2.data_ptr(), _CARRIER[x.dtype], P, F, L), -(-N // _lanes(x.element_size())),
             nt, serial, runs)
     return True
 
@@ -191,26 +204,12 @@ def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
     return o
 
 
-def _threshold(x, threshold):
-    """``x >= threshold`` as torch compares a tensor with a Python float: in the input's own
-    dtype (the threshold rounded to it); exact in float64, where the kernel compares."""
-    dt = x.dtype
-    if dt == torch.float64:
-        return float(threshold)
-    if dt == torch.float32:
-        return float(np.float32(threshold))
-    if dt == torch.float16:
-        return float(np.float16(threshold))
-    return float(torch.tensor(threshold, dtype=dt, device=_CPU))
-
-
 def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
     if out is None:  # a replay (``_replays``; the mask's address and the threshold per call)
         key = (id(spec), x.shape, x.stride(), x.dtype, None if mask is None else (mask.shape, mask.stride(), mask.dtype))
-        rec = _replays.get(key)
-        if rec is not None and rec[0] is spec and x.data_ptr() % rec[1] == 0:
-            o = torch.empty(*rec[2], dtype=x.dtype, device=_CPU)
-            P, F, L, nitems = rec[3]
+        hit = _replay(key, spec, x)
+        if hit is not None:
+            o, (P, F, L, nitems) = hit
             _k_blur_fwd(x.data_ptr(), 0 if mask is None else mask.data_ptr(), o.data_ptr(), _CARRIER[x.dtype], P, F, L,
                         _threshold(x, threshold), 0, nitems)
             return o
@@ -237,9 +236,7 @@ def _blur_forward_planes(x, mask, spec: BlurSpec, threshold: float, out=None):
         o.copy_(o2)
     elif (out is None and serial and x is x0 and mask is mask1 and o.numel() * o.element_size() < _NP_ALLOC
           and (mask is None or mask.data_ptr() == mask0.data_ptr())):
-        if len(_replays) >= _REPLAYS_MAX:
-            _replays.clear()
-        _replays[key] = (spec0, x0.element_size(), tuple(o.shape), (P, F, L, nitems))
+        _record(key, spec0, x0, o.shape, (P, F, L, nitems))
     return o
 
 

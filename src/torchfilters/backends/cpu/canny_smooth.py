@@ -24,12 +24,12 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from .. import reference as _reference
 from .._lowering import SYM, pass_kind
 from . import cache
 
 cache.install()
 
+from .plan import _fold
 from .prims import _JIT
 
 __all__ = ["_k_smooth", "_smooth_row", "fold_map", "pair_weights", "smooth_plan"]
@@ -67,10 +67,7 @@ def pair_weights(sigma: float, truncate: float = 4.0):
 def fold_map(n: int, r: int, mode: str) -> np.ndarray:
     """int64 ``(n + 2 r,)``: the index read at positions ``-r .. n + r - 1`` of an axis of size
     ``n`` (``reference.fold_indices``, SciPy's folding), ``-1`` for ``cval``."""
-    idx = _reference.fold_indices(n, -r, n + 2 * r, mode, device="cpu").numpy().astype(np.int64)
-    if mode == "constant":
-        idx[idx == n] = -1
-    return idx
+    return _fold(n, -r, n + 2 * r, mode)
 
 
 def smooth_plan(H: int, W: int, sigma, mode: str):

@@ -158,10 +158,26 @@ def _info(spec):
 
 
 def _fold(n, lo, length, mode):
+    """int64 ``(length,)``: the index read at positions ``lo .. lo + length - 1`` of an axis of
+    size ``n`` (``reference.fold_indices``, SciPy's folding), ``-1`` for ``cval``.  The one host
+    fold table of the CPU engine's plans (made on the CPU whatever the default device)."""
     idx = reference.fold_indices(n, lo, length, mode, device="cpu").numpy().astype(np.int64)
     if mode == "constant":
         idx[idx == n] = -1
     return idx
+
+
+def _threshold(x, threshold):
+    """``x >= threshold`` as torch compares a tensor with a Python float: in the input's own
+    dtype (the threshold rounded to it); exact in float64, where the kernel compares."""
+    dt = x.dtype
+    if dt == torch.float64:
+        return float(threshold)
+    if dt == torch.float32:
+        return float(np.float32(threshold))
+    if dt == torch.float16:
+        return float(np.float16(threshold))
+    return float(torch.tensor(threshold, dtype=dt, device="cpu"))
 
 
 def _correction(passes, mode, cval, H, W):

@@ -31,6 +31,7 @@ import torch
 from ..._spec import axis_mode
 from .. import reference
 from .buffers import _alloc
+from .plan import _fold as plan_fold
 from .plan import _small
 from .rank_kernels import _k_bwd, _k_hist, _k_merge, _k_net, _k_sel, _k_vh
 from .threads import _launch, _threads
@@ -52,10 +53,7 @@ def _cd(dtype):
 @functools.lru_cache(maxsize=512)
 def _fold(n: int, lo: int, k: int, mode: str) -> np.ndarray:
     """Source index of padded positions ``0 .. n+k-2`` (offset ``lo``); ``-1``: padding."""
-    t = reference.fold_indices(n, lo, n + k - 1, mode, device="cpu").numpy().astype(np.int64)
-    if mode == "constant":
-        t[t == n] = -1
-    return t
+    return plan_fold(n, lo, n + k - 1, mode)
 
 
 class _Plan:

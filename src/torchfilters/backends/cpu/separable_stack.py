@@ -25,15 +25,14 @@ import numpy as np
 import torch
 from llvmlite import ir
 from numba import njit, types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .prims import _JIT, _cvt, _ptr
-from .separable import R, _VL, _fold1, _vblock
-from .simd import VBYTES, Vec, _check_ptr, _esize, _lane_mask, _vld, _vptr, _vsplat, _vst
+from .separable import R, _VL, _fold1, _lanes, _vblock
+from .simd import VBYTES, Vec, _check_ptr, _esize, _lane_mask, _masked, _vld, _vptr, _vsplat, _vst
 from .tables import L_N, R_O, R_X, _poff
 
-__all__ = ["stack_lanes", "stack_ok", "stack_plan", "_k_stack"]
+__all__ = ["stack_ok", "stack_plan", "_k_stack"]
 
 #: the widest planes taken: from rows of 24 samples on, the row-wise kernel is as fast (float32,
 #: sigma 2, one thread, per 784 samples: 8 wide 3.7 -> 1.5 us, 12: 2.6 -> 1.3, 16: 1.6 -> 1.1,
@@ -52,18 +51,13 @@ K_H, K_W, K_RV, K_RH, K_NBLK, K_ROWT, K_COLT = range(7)
 K_HDR = 7
 
 
-def stack_lanes(itemsize):
-    """Planes per work item: the lanes of a vector."""
-    return VBYTES // itemsize
-
-
 def stack_ok(info, H, W, N, dtype):
     """Whether ``N`` planes of ``H x W`` of ``dtype`` run here with ``sep_info``'s ``info``: narrow
     planes, radii of at most ``_MAX_R``, buffers of at most ``_MAX_BYTES``, and groups of planes
     at least four-fifths full (a last group of one plane costs a whole group)."""
     if dtype not in DTYPES or not 1 <= W <= _MAX_W or len(info[0]) > _MAX_R + 1 or len(info[1]) > _MAX_R + 1:
         return False
-    lanes = stack_lanes(dtype.itemsize)
+    lanes = _lanes(dtype.itemsize)
     rh = len(info[1]) - 1
     return H * (2 * W + 2 * rh + R) * VBYTES <= _MAX_BYTES and 4 * -(-N // lanes) * lanes <= 5 * N
 
@@ -120,17 +114,6 @@ def _plane_mask(builder, lanes_mask, p, npl):
     """``lanes_mask`` where plane ``p < npl``, else no lane."""
     ok = builder.icmp_signed("<", ir.Constant(npl.type, p), npl)
     return builder.select(ok, lanes_mask, ir.Constant(lanes_mask.type, None))
-
-
-def _masked(builder, vt, name):
-    """``llvm.masked.load`` / ``llvm.masked.store`` of vectors ``vt``."""
-    mt = ir.VectorType(ir.IntType(1), vt.count)
-    sfx = f"v{vt.count}{'f32' if isinstance(vt.element, ir.FloatType) else 'f64'}"
-    if name == "load":
-        fnty = ir.FunctionType(vt, [vt.as_pointer(), ir.IntType(32), mt, vt])
-    else:
-        fnty = ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), ir.IntType(32), mt])
-    return cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.{name}.{sfx}.p0")
 
 
 def _vtype(context, ptr_type):

@@ -94,6 +94,16 @@ def _splat(builder, s, vt):
     return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), vt.count), [0] * vt.count))
 
 
+def _masked(builder, vt, name):
+    """``llvm.masked.load`` / ``llvm.masked.store`` (``name``) of vectors ``vt``."""
+    mt = ir.VectorType(ir.IntType(1), vt.count)
+    if name == "load":
+        fnty = ir.FunctionType(vt, [vt.as_pointer(), ir.IntType(32), mt, vt])
+    else:
+        fnty = ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), ir.IntType(32), mt])
+    return cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.{name}.{_sfx(vt)}.p0")
+
+
 def _fmuladd(builder, a, b, c):
     vt = a.type
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), f"llvm.fmuladd.{_sfx(vt)}")
@@ -127,9 +137,7 @@ def _vldm(typingctx, p, i, n):
     def codegen(context, builder, sig, args):
         vt = context.get_value_type(VT)
         m = _lane_mask(builder, args[2], vt.count)
-        fnty = ir.FunctionType(vt, [vt.as_pointer(), ir.IntType(32), m.type, vt])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.load.{_sfx(vt)}.p0")
-        return builder.call(fn, [_vptr(builder, args[0], args[1], vt), ir.Constant(ir.IntType(32), _esize(vt)), m,
+        return builder.call(_masked(builder, vt, "load"), [_vptr(builder, args[0], args[1], vt), ir.Constant(ir.IntType(32), _esize(vt)), m,
                                  ir.Constant(vt, None)])
 
     return VT(p, i, n), codegen
@@ -172,9 +180,7 @@ def _vstm(typingctx, p, i, v, n):
     def codegen(context, builder, sig, args):
         vt = args[2].type
         m = _lane_mask(builder, args[3], vt.count)
-        fnty = ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), ir.IntType(32), m.type])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.store.{_sfx(vt)}.p0")
-        builder.call(fn, [args[2], _vptr(builder, args[0], args[1], vt), ir.Constant(ir.IntType(32), _esize(vt)), m])
+        builder.call(_masked(builder, vt, "store"), [args[2], _vptr(builder, args[0], args[1], vt), ir.Constant(ir.IntType(32), _esize(vt)), m])
         return context.get_dummy_value()
 
     return types.void(p, i, v, n), codegen

@@ -49,7 +49,7 @@ from .. import reference
 from .._layout import collapse_planes
 from .._lowering import lower
 from .buffers import _alloc
-from .plan import _small
+from .plan import _small, _threshold
 from .threads import _launch, _threads
 from .volume_dense import DensePlan, _k_dense3, dense, dense_adjoint
 from .volume_dense import takes as dense_takes
@@ -226,15 +226,6 @@ def _blur_parts(spec, shape):
     spec = lower(spec, shape)
     fs = _blur_linear(spec)
     return spec, (None if fs is None else lower(fs, shape))
-
-
-def _threshold(x, threshold):
-    """``x >= threshold`` as torch compares a tensor with a Python float: the threshold rounded to
-    the input's dtype (then exact in the kernel's compute dtype)."""
-    dt = x.dtype
-    if dt == torch.float64:
-        return float(threshold)
-    return float(torch.tensor(threshold, dtype=dt, device="cpu"))
 
 
 def _selection(x, s, rs, mask, threshold, nd, cd):

@@ -36,8 +36,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._spec import FilterSpec, axis_mode, zero_signs
-from .. import reference
 from .._lowering import ANTI, SYM, pass_kind
+from .plan import _fold
 from .simd import VBYTES
 
 # header of P (int64)
@@ -119,13 +119,6 @@ def modes3(spec):
     volume with leading axes of size 1: their mode never matters)."""
     nd = spec.ndim
     return tuple(axis_mode(spec.mode, a, nd) if a >= -nd else "reflect" for a in (-3, -2, -1))
-
-
-def _fold(n, lo, length, mode):
-    idx = reference.fold_indices(n, lo, length, mode, device="cpu").numpy().astype(np.int64)
-    if mode == "constant":
-        idx[idx == n] = -1
-    return idx
 
 
 def _csr_forward(p, n, mode):
