@@ -119,23 +119,46 @@ def test_gaussian_filter_matches_scipy_axes(sa, modes, uniform, engine, sig, ord
     assert_close(y, ref, rtol=1e-10, msg=f"{shape} {axes} {mode}")
 
 
-@pytest.mark.parametrize("axes", ((3, 1), (1, 3, 2), (3, 2, 1)))
-def test_axes_out_of_order_pass_order(axes, engine):
-    """SciPy runs a Gaussian's passes in the order ``axes`` lists them: the reference engine
-    does too (its float64 bits); the CPU engine's volume path runs them in increasing axis order
-    (the README's known difference: the last bit can differ).  Strict: a fix makes this fail,
-    and the README's note goes with it."""
+@pytest.mark.parametrize("axes", ((3, 1), (1, 3, 2), (3, 2, 1), (2, 1), (-1, -2), (2, 0, 3)))
+def test_axes_out_of_order_keep_scipys_pass_order(axes, engine):
+    """SciPy runs a Gaussian's passes in the order ``axes`` lists them, and each term of
+    ``gaussian_laplace`` / ``gaussian_gradient_magnitude`` over its axes in increasing order:
+    float64 results are SciPy's bits on every engine, volumes included (the CPU engine's volume
+    path runs its passes in increasing axis order: a Gaussian's axes given out of order reach it
+    as a permuted view, ``functional._core``'s *Pass order*)."""
     x = rand(2, 9, 8, 7, seed=5)
+    xn = to_np(x)
     sig = (1.1, 0.7, 1.3)[: len(axes)]
     y = tf.gaussian_filter(x, sig, axes=axes, backend=engine).numpy()
-    given = ndi.gaussian_filter(to_np(x), sig, axes=axes)
-    if engine == "reference":
-        assert np.array_equal(y, given)
-        return
-    order = sorted(range(len(axes)), key=lambda i: axes[i])
-    increasing = ndi.gaussian_filter(to_np(x), [sig[i] for i in order], axes=[axes[i] for i in order])
-    assert np.array_equal(y, increasing) and not np.array_equal(y, given), (
-        "the CPU engine now follows the given order: drop this test's CPU case and the README's note")
+    assert np.array_equal(y, ndi.gaussian_filter(xn, sig, axes=axes))
+    for order in ((1, 0, 0), (0, 2, 1)):
+        y = tf.gaussian_filter(x, sig, order=order[: len(axes)], mode="mirror", axes=axes, backend=engine).numpy()
+        assert np.array_equal(y, ndi.gaussian_filter(xn, sig, order=order[: len(axes)], mode="mirror", axes=axes))
+    ax = _norm(axes, 4)
+    srt = sorted(ax)
+    on_slice = [srt.index(a) for a in ax]  # the caller's axes on a slice
+    # (on a slice that ``axes`` covers, SciPy reads per-axis sigmas in axis order)
+    lap = tf.gaussian_laplace(x, sig, axes=axes, backend=engine).numpy()
+    want = per_slice(xn, axes, lambda v: ndi.gaussian_laplace(v, sorted_params(axes, 4, sig), axes=on_slice))
+    assert np.array_equal(lap, want)
+    # the order is in the values too where the padding is not 0
+    lap = tf.gaussian_laplace(x, sig, mode="constant", cval=0.6, axes=axes, backend=engine)
+    assert_close(lap, per_slice(xn, axes, lambda v: ndi.gaussian_laplace(v, sorted_params(axes, 4, sig), mode="constant",
+                                                                        cval=0.6, axes=on_slice)), rtol=1e-12)
+
+
+def test_out_of_order_axes_permute_only_float64_gaussians():
+    """The permuted view that keeps SciPy's pass order (and may cost the CPU engine a copy) is
+    taken for float64 only, by the ops whose passes SciPy runs in ``axes`` order."""
+    from torchfilters.functional import _core
+
+    x = torch.zeros(2, 3, 4, 5, dtype=torch.float64)
+    assert _core.prep(x, "reflect", 0.0, (3, 1, 2), ordered=True)[1].perm == (0, 3, 1, 2)
+    assert _core.prep(x, "reflect", 0.0, (3, 1), ordered=True)[1][2:4] == (2, (0, 2, 1, 3))
+    assert _core.prep(x, "reflect", 0.0, (1, 2, 3), ordered=True)[1].perm is None  # in order
+    assert _core.prep(x, "reflect", 0.0, (3, 1, 2))[1].perm is None  # not an ordered op
+    assert _core.prep(x.float(), "reflect", 0.0, (3, 1, 2), ordered=True)[1].perm is None
+    assert _core.prep(x, "reflect", 0.0, (-1, -2), ordered=True)[1].perm is None  # a plane follows the stencil
 
 
 @examples(25)
@@ -273,14 +296,22 @@ def test_gaussian_magnitude_and_laplace_per_slice(sa, modes, uniform, engine, si
     mlist = [mode] * k if isinstance(mode, str) else list(mode)
     sig = tuple(sig[:k])
 
+    ax = _norm(axes, len(shape))
+    up = sorted(range(k), key=lambda i: ax[i])  # each term's passes in increasing axis order
+
     def comp(order_axis, order):
-        return gaussian_oracle(xn, sig, [order if i == order_axis else 0 for i in range(k)], axes, mlist, CVAL)
+        return gaussian_oracle(xn, [sig[i] for i in up], [order if i == order_axis else 0 for i in up],
+                               [ax[i] for i in up], [mlist[i] for i in up], CVAL)
 
     m = tf.gaussian_gradient_magnitude(x, sig, mode=mode, cval=CVAL, axes=axes, backend=engine)
     assert_close(m, np.sqrt(sum(comp(i, 1) ** 2 for i in range(k))), rtol=1e-10)
     lap = tf.gaussian_laplace(x, sig, mode=mode, cval=CVAL, axes=axes, backend=engine)
     assert_close(lap, sum(comp(i, 2) for i in range(k)), rtol=1e-10)
-    ax = _norm(axes, len(shape))
+    if uniform:  # one mode: SciPy's functions on each slice, the caller's axes on it
+        srt = sorted(ax)
+        sub, srt_sig = [srt.index(a) for a in ax], sorted_params(axes, len(shape), sig)
+        for fn, got in ((ndi.gaussian_gradient_magnitude, m), (ndi.gaussian_laplace, lap)):
+            assert_close(got, per_slice(xn, axes, lambda v: fn(v, srt_sig, mode=mode, cval=CVAL, axes=sub)), rtol=1e-10)
     # the whole array, axes in increasing order: SciPy's own functions (given in another order,
     # SciPy applies the per-axis sigmas in axis order, not in the order of axes)
     if uniform and len(shape) == k and list(ax) == sorted(ax):

@@ -587,7 +587,7 @@ def test_volumes_and_per_axis_modes_run_as_chains_of_plane_launches(T):
              lambda t, b: tf.gaussian_gradient_magnitude(t, 0.6, axes=ax, mode=("nearest", "mirror", "reflect"), backend=b),
              lambda t, b: tf.gradient(t, axes=ax, mode="reflect", backend=b),
              lambda t, b: tf.gradient_direction(t, mode=("wrap", "constant"), backend=b),
-             lambda t, b: tf.gaussian_filter(t, 0.7, axes=(-1, -3), mode="mirror", backend=b)]
+             lambda t, b: tf.gaussian_filter(t, (0.7, 0.5, 0.6), axes=(-1, -3, -2), mode="mirror", backend=b)]
     for i, call in enumerate(calls):
         xr = x.clone().requires_grad_()
         before, fell = T.LAUNCHES["chain_bwd"], sum(T.FALLBACKS.values())

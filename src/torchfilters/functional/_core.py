@@ -12,6 +12,14 @@
 * otherwise (video ``(B, T, C, H, W)`` over ``T, H, W``) the chosen axes are moved behind the
   others, in their order, as a permuted view, and the result is permuted back.
 
+**Pass order.**  The CPU engine runs a volume's 1-D passes in increasing axis order, a plane's
+in the stencil's order.  Where SciPy runs the passes in the order ``axes`` lists them (``gaussian_filter``
+and the filters built on it: ``ordered``) and a caller lists them out of order, a spec of three
+axes would round differently (the last bit of a float64).  There, in float64 (SciPy's bits are
+the promise; a float32 result rounds within its precision either way, and a permuted view may
+cost a copy), the chosen axes are moved behind the others in the caller's order instead (three
+axes), or in increasing order onto a plane (two axes: a plane's passes follow the stencil).
+
 Per-axis arguments follow ``axes`` order (SciPy's rule); stencils list their passes in the
 order SciPy applies them.  A result with a component axis (``gradient``) has it just before
 the first chosen axis.
@@ -64,9 +72,7 @@ class Layout(NamedTuple):
             return tuple(a - self.merge - 1 for a in self.axes)
         if self.perm is None:
             return tuple(a - self.dim for a in self.axes)
-        chosen = sorted(self.axes)
-        k = len(chosen)
-        return tuple(chosen.index(a) - k for a in self.axes)
+        return tuple(self.perm.index(a) - self.dim for a in self.axes)
 
     def modes(self, modes) -> str | tuple:
         """The spec's ``mode``: the caller's per-axis modes (``axes`` order) on the spec's axes;
@@ -83,9 +89,9 @@ class Layout(NamedTuple):
 
     def _k_perm(self):
         """(engine-layout -> caller-layout) permutation of a result with a component axis."""
-        chosen = sorted(self.axes)
-        labels = [a for a in range(self.dim) if a not in chosen] + ["K"] + chosen
-        first = chosen[0]
+        k = len(self.axes)
+        labels = list(self.perm[:-k]) + ["K"] + list(self.perm[-k:])
+        first = min(self.axes)
         want = list(range(first)) + ["K"] + list(range(first, self.dim))
         return [labels.index(w) for w in want], [want.index(lab) for lab in labels]
 
@@ -117,32 +123,42 @@ class Layout(NamedTuple):
         return shape[:first] + (components,) + shape[first:]
 
 
-def layout(x: Tensor, axes, default=(-2, -1)) -> Layout:
-    """The :class:`Layout` of ``axes`` (validated) on ``x``."""
+def layout(x: Tensor, axes, default=(-2, -1), ordered: bool = False) -> Layout:
+    """The :class:`Layout` of ``axes`` (validated) on ``x``; ``ordered``: the op's passes run in
+    the order ``axes`` lists them (the module docstring's *Pass order*)."""
     dim = x.dim()
     # axes of plain ints: the layouts that strides cannot change are memoised (exact types:
     # ``True`` or ``1.0`` equal 1 as keys, and must still be refused; not while torch.compile
     # traces: it takes a constant's named tuple as opaque)
     if ((axes is None or type(axes) is int or (type(axes) is tuple and all(type(a) is int for a in axes)))
             and not torch.compiler.is_compiling()):
-        lay = _static_layout(axes, dim, default)
+        lay = _static_layout(axes, dim, default, ordered)
         if lay is not None:
             return lay
-    return _layout(x, axes, dim, default)
+    return _layout(x, axes, dim, default, ordered)
 
 
 @functools.lru_cache(maxsize=1024)
-def _static_layout(axes, dim: int, default) -> Layout | None:
+def _static_layout(axes, dim: int, default, ordered: bool = False) -> Layout | None:
     """:func:`layout` where the axes after the last chosen one are too few to merge (its result
     then depends on ``axes`` and ``dim`` alone: memoised, a few microseconds of every call),
     else None."""
     ax = check_axes(axes, dim, default) if axes is not None or dim >= len(default) else None
     if ax is None or dim - max(ax) >= 3:
         return None
-    return _layout(None, axes, dim, default)
+    return _layout(None, axes, dim, default, ordered)
 
 
-def _layout(x: Tensor | None, axes, dim: int, default) -> Layout:
+def _layout(x: Tensor | None, axes, dim: int, default, ordered: bool = False) -> Layout:
+    lay = _natural_layout(x, axes, dim, default)
+    ax = lay.axes
+    if not ordered or lay.ndim < 3 or list(ax) == sorted(ax):
+        return lay
+    chosen = tuple(ax) if len(ax) == 3 else tuple(sorted(ax))
+    return Layout(dim, ax, len(ax), tuple(a for a in range(dim) if a not in ax) + chosen)
+
+
+def _natural_layout(x: Tensor | None, axes, dim: int, default) -> Layout:
     if axes is None and dim < len(default):
         raise ValueError(
             f"input must have at least {len(default)} dimensions (..., H, W) for the default "
@@ -373,13 +389,13 @@ def no_grad_out(*tensors):
 # ------------------------------------------------------------------ arguments
 
 
-def prep(input, mode, cval, axes, default=(-2, -1)):
-    """``(x, layout, modes, cval)``: the checked input, its :class:`Layout`, one canonical mode
-    per chosen axis (``axes`` order) and ``cval``."""
+def prep(input, mode, cval, axes, default=(-2, -1), ordered: bool = False):
+    """``(x, layout, modes, cval)``: the checked input, its :class:`Layout` (``ordered``: see
+    :func:`layout`), one canonical mode per chosen axis (``axes`` order) and ``cval``."""
     x = check_input(input)
     if isinstance(mode, str):
         canonical_mode(mode)  # an unknown mode before a shape error, as before axes existed
-    lay = layout(x, axes, default)
+    lay = layout(x, axes, default, ordered and x.dtype == torch.float64)
     return x, lay, check_modes(mode, len(lay.axes)), check_cval(cval)
 
 

@@ -74,7 +74,7 @@ def unsharp_mask(
         >>> bool(y[0, 1] < 0 < 1 < y[0, 2])   # overshoot on both sides of the edge
         True
     """
-    x, lay, modes, cval = prep(input, mode, cval, axes)
+    x, lay, modes, cval = prep(input, mode, cval, axes, ordered=True)
     k = len(lay.axes)
     sigmas = check_sigma(sigma, k)
     amount = check_real(amount, "amount", allow_inf=False)
@@ -140,7 +140,7 @@ def difference_of_gaussians(
         >>> bool(tf.difference_of_gaussians(x, 1.0)[4, 4] > 0)   # a bright blob's centre
         True
     """
-    x, lay, modes, cval = prep(input, mode, cval, axes)
+    x, lay, modes, cval = prep(input, mode, cval, axes, ordered=True)
     k = len(lay.axes)
     low = check_sigma(low_sigma, k)
     high = tuple(1.6 * s for s in low) if high_sigma is None else check_sigma(high_sigma, k)

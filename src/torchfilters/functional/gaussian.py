@@ -128,7 +128,7 @@ def gaussian_filter(
         >>> tf.gaussian_filter(torch.tensor([[1.0, 2.0, 3.0]]), 2.0)
         tensor([[1.8884, 2.0000, 2.1116]])
     """
-    x, lay, modes, cval = prep(input, mode, cval, axes)
+    x, lay, modes, cval = prep(input, mode, cval, axes, ordered=True)
     return _gaussian(x, lay, modes, cval, sigma, order, truncate, radius, out, backend)
 
 
@@ -241,12 +241,11 @@ def gaussian_gradient_magnitude(
     general; its gradient is 0 where the magnitude is 0 (never NaN).
 
     Defined per slice of the chosen axes, each axis extended by its own
-    mode and the passes in ``axes`` order: equal to SciPy's function on
-    each slice for one mode, axes in increasing order and ``cval=0``.
-    SciPy's own ``axes=`` call differs there: each of its terms extends
-    every axis by that term's mode, it reads per-axis ``sigma`` in axis
-    order when ``axes`` names every axis, and runs its passes in axis
-    order (which matters for ``mode='constant'`` with ``cval != 0``).
+    mode, the terms summed in ``axes`` order and each term's passes run
+    in increasing axis order: equal to SciPy's function on each slice for
+    one mode.  SciPy's own ``axes=`` call differs there: each of its terms
+    extends every axis by that term's mode, and it reads per-axis
+    ``sigma`` in axis order when ``axes`` names every axis.
 
     Args:
         %(input)s
@@ -288,9 +287,15 @@ def _gaussian_sum(input, sigma, order, epilogue, mode, cval, truncate, radius, a
     k = len(lay.axes)
     sigmas = check_sigma(sigma, k)
     radii = gaussian_radii(sigmas, truncate, radius)
-    recipes = tuple(("gauss", sigmas, tuple(order if j == i else 0 for j in range(k)), radii, lay.spec_axes)
-                    for i in range(k))
-    return run(x, lay, modes, cval, epilogue, recipes, out, backend)
+    # the terms in ``axes`` order, each one's passes in increasing axis order (SciPy's: each term
+    # is a ``gaussian_filter`` over every axis)
+    up = sorted(range(k), key=lambda j: lay.spec_axes[j])
+
+    def term(i):
+        return ("gauss", tuple(sigmas[j] for j in up), tuple(order if j == i else 0 for j in up),
+                tuple(radii[j] for j in up), tuple(lay.spec_axes[j] for j in up))
+
+    return run(x, lay, modes, cval, epilogue, tuple(term(i) for i in range(k)), out, backend)
 
 
 @docfiller(
@@ -319,12 +324,11 @@ def gaussian_laplace(
     pass (SciPy's ``generic_laplace``).  Negative at a bright blob's centre.
 
     Defined per slice of the chosen axes, each axis extended by its own
-    mode and the passes in ``axes`` order: equal to SciPy's function on
-    each slice for one mode, axes in increasing order and ``cval=0``.
-    SciPy's own ``axes=`` call differs there: each of its terms extends
-    every axis by that term's mode, it reads per-axis ``sigma`` in axis
-    order when ``axes`` names every axis, and runs its passes in axis
-    order (which matters for ``mode='constant'`` with ``cval != 0``).
+    mode, the terms summed in ``axes`` order and each term's passes run
+    in increasing axis order: equal to SciPy's function on each slice for
+    one mode.  SciPy's own ``axes=`` call differs there: each of its terms
+    extends every axis by that term's mode, and it reads per-axis
+    ``sigma`` in axis order when ``axes`` names every axis.
 
     Args:
         %(input)s
