@@ -21,11 +21,11 @@ demo: install
 	@echo "edge maps written to demo-out/"
 
 test: install
-	$(PY) -m pytest -n 2 -q --timeout=1200 --durations=25
+	$(PY) -m pytest -n 2 --dist worksteal -q --timeout=1200 --durations=25
 
 # the core grids become full cross products; Hypothesis profile "full" (20x the examples)
 test-full: install
-	TORCHFILTERS_FULL_GRID=1 $(PY) -m pytest -n 2 -q --timeout=1200
+	TORCHFILTERS_FULL_GRID=1 $(PY) -m pytest -n 2 --dist worksteal -q --timeout=1200
 
 bench: install
 	$(PIP) install -q -c $(CONSTRAINTS) -e '.[bench]'
