@@ -129,8 +129,12 @@ def test_axes_out_of_order_keep_scipys_pass_order(axes, engine):
     x = rand(2, 9, 8, 7, seed=5)
     xn = to_np(x)
     sig = (1.1, 0.7, 1.3)[: len(axes)]
-    y = tf.gaussian_filter(x, sig, axes=axes, backend=engine).numpy()
-    assert np.array_equal(y, ndi.gaussian_filter(xn, sig, axes=axes))
+    y = tf.gaussian_filter(x, sig, axes=axes, backend=engine)
+    assert y.is_contiguous() and np.array_equal(y.numpy(), ndi.gaussian_filter(xn, sig, axes=axes))
+    # per-axis modes: two axes of two modes run on a volume engine
+    modes = ("wrap", "reflect", "nearest")[: len(axes)]
+    y = tf.gaussian_filter(x, sig, mode=modes, axes=axes, backend=engine).numpy()
+    assert np.array_equal(y, ndi.gaussian_filter(xn, sig, mode=modes, axes=axes))
     for order in ((1, 0, 0), (0, 2, 1)):
         y = tf.gaussian_filter(x, sig, order=order[: len(axes)], mode="mirror", axes=axes, backend=engine).numpy()
         assert np.array_equal(y, ndi.gaussian_filter(xn, sig, order=order[: len(axes)], mode="mirror", axes=axes))
@@ -159,6 +163,9 @@ def test_out_of_order_axes_permute_only_float64_gaussians():
     assert _core.prep(x, "reflect", 0.0, (3, 1, 2))[1].perm is None  # not an ordered op
     assert _core.prep(x.float(), "reflect", 0.0, (3, 1, 2), ordered=True)[1].perm is None
     assert _core.prep(x, "reflect", 0.0, (-1, -2), ordered=True)[1].perm is None  # a plane follows the stencil
+    assert _core.prep(x, ("reflect", "wrap"), 0.0, (-1, -2), ordered=True)[1].perm == (0, 1, 3, 2)  # a volume's
+    assert _core.prep(x, ("reflect", "wrap"), 0.0, (3, 1), ordered=True)[1].perm == (0, 2, 3, 1)
+    assert _core.prep(x, ("reflect", "wrap"), 0.0, (1, 3), ordered=True)[1].perm is None
 
 
 @examples(25)

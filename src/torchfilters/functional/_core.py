@@ -18,7 +18,10 @@ and the filters built on it: ``ordered``) and a caller lists them out of order, 
 axes would round differently (the last bit of a float64).  There, in float64 (SciPy's bits are
 the promise; a float32 result rounds within its precision either way, and a permuted view may
 cost a copy), the chosen axes are moved behind the others in the caller's order instead (three
-axes), or in increasing order onto a plane (two axes: a plane's passes follow the stencil).
+axes, or two whose modes differ: a volume engine runs those), or in increasing order onto a
+plane (two axes of one mode: a plane's passes follow the stencil); the result is made
+contiguous.  (Only ops whose stencils are passes per axis take it: dense and rank footprints
+read the spec's axes in increasing axis order.)
 
 Per-axis arguments follow ``axes`` order (SciPy's rule); stencils list their passes in the
 order SciPy applies them.  A result with a component axis (``gradient``) has it just before
@@ -64,6 +67,7 @@ class Layout(NamedTuple):
     ndim: int  # the spec's spatial axes
     perm: tuple[int, ...] | None  # input permutation (None: as it is)
     merge: int = 0  # > 0: the axes from this one on are merged into one (a view)
+    ordered: bool = False  # ``perm`` keeps SciPy's pass order (the module docstring's *Pass order*)
 
     @property
     def spec_axes(self) -> tuple[int, ...]:
@@ -123,9 +127,10 @@ class Layout(NamedTuple):
         return shape[:first] + (components,) + shape[first:]
 
 
-def layout(x: Tensor, axes, default=(-2, -1), ordered: bool = False) -> Layout:
+def layout(x: Tensor, axes, default=(-2, -1), ordered: bool | str = False) -> Layout:
     """The :class:`Layout` of ``axes`` (validated) on ``x``; ``ordered``: the op's passes run in
-    the order ``axes`` lists them (the module docstring's *Pass order*)."""
+    the order ``axes`` lists them (the module docstring's *Pass order*; ``"modes"``: two axes
+    whose modes differ, which a volume engine runs)."""
     dim = x.dim()
     # axes of plain ints: the layouts that strides cannot change are memoised (exact types:
     # ``True`` or ``1.0`` equal 1 as keys, and must still be refused; not while torch.compile
@@ -139,7 +144,7 @@ def layout(x: Tensor, axes, default=(-2, -1), ordered: bool = False) -> Layout:
 
 
 @functools.lru_cache(maxsize=1024)
-def _static_layout(axes, dim: int, default, ordered: bool = False) -> Layout | None:
+def _static_layout(axes, dim: int, default, ordered: bool | str = False) -> Layout | None:
     """:func:`layout` where the axes after the last chosen one are too few to merge (its result
     then depends on ``axes`` and ``dim`` alone: memoised, a few microseconds of every call),
     else None."""
@@ -149,13 +154,13 @@ def _static_layout(axes, dim: int, default, ordered: bool = False) -> Layout | N
     return _layout(None, axes, dim, default, ordered)
 
 
-def _layout(x: Tensor | None, axes, dim: int, default, ordered: bool = False) -> Layout:
+def _layout(x: Tensor | None, axes, dim: int, default, ordered: bool | str = False) -> Layout:
     lay = _natural_layout(x, axes, dim, default)
     ax = lay.axes
-    if not ordered or lay.ndim < 3 or list(ax) == sorted(ax):
+    if not ordered or list(ax) == sorted(ax) or (ordered != "modes" and lay.ndim < 3):
         return lay
-    chosen = tuple(ax) if len(ax) == 3 else tuple(sorted(ax))
-    return Layout(dim, ax, len(ax), tuple(a for a in range(dim) if a not in ax) + chosen)
+    chosen = tuple(sorted(ax)) if len(ax) == 2 and ordered != "modes" else tuple(ax)
+    return Layout(dim, ax, len(ax), tuple(a for a in range(dim) if a not in ax) + chosen, 0, True)
 
 
 def _natural_layout(x: Tensor | None, axes, dim: int, default) -> Layout:
@@ -344,7 +349,11 @@ def run(x: Tensor, lay: Layout, modes, cval: float, epilogue: str, recipes: tupl
             return out
         eng_out = lay.out_to_engine(out, bool(components))
     y = run_filter(lay.to_engine(x), text, eng_out, backend)
-    return out if out is not None else lay.from_engine(y, bool(components), x.shape)
+    if out is not None:
+        return out
+    y = lay.from_engine(y, bool(components), x.shape)
+    # (a view permuted for the pass order only: the result is laid out as the natural layout's)
+    return y.contiguous() if lay.ordered else y
 
 
 def run_filter(x: Tensor, text: str, out: Tensor | None, backend) -> Tensor:
@@ -395,8 +404,12 @@ def prep(input, mode, cval, axes, default=(-2, -1), ordered: bool = False):
     x = check_input(input)
     if isinstance(mode, str):
         canonical_mode(mode)  # an unknown mode before a shape error, as before axes existed
-    lay = layout(x, axes, default, ordered and x.dtype == torch.float64)
-    return x, lay, check_modes(mode, len(lay.axes)), check_cval(cval)
+    ordered = ordered and x.dtype == torch.float64
+    lay = layout(x, axes, default, ordered)
+    modes = check_modes(mode, len(lay.axes))
+    if ordered and len(modes) == 2 and modes[0] != modes[1] and lay.axes[0] > lay.axes[1]:
+        lay = layout(x, axes, default, "modes")  # (two modes: a volume engine runs the passes)
+    return x, lay, modes, check_cval(cval)
 
 
 def _nested_floats(obj, depth: int, name: str):

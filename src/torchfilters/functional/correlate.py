@@ -353,7 +353,7 @@ def uniform_filter(
         >>> tf.uniform_filter(torch.tensor([[0.0, 3.0, 6.0, 9.0]]), size=3, axes=-1)
         tensor([[1., 3., 6., 8.]])
     """
-    x, lay, modes, cval = prep(input, mode, cval, axes, ordered=True)
+    x, lay, modes, cval = prep(input, mode, cval, axes)
     k = len(lay.axes)
     sizes = tuple(_check_size(s) for s in per_axis(size, k, "size"))
     return _uniform(x, lay, modes, cval, sizes, per_axis(origin, k, "origin"), out, backend)
