@@ -130,11 +130,12 @@ def test_axes_out_of_order_keep_scipys_pass_order(axes, engine):
     xn = to_np(x)
     sig = (1.1, 0.7, 1.3)[: len(axes)]
     y = tf.gaussian_filter(x, sig, axes=axes, backend=engine)
-    assert y.is_contiguous() and np.array_equal(y.numpy(), ndi.gaussian_filter(xn, sig, axes=axes))
+    assert np.array_equal(y.numpy(), ndi.gaussian_filter(xn, sig, axes=axes))
     # per-axis modes: two axes of two modes run on a volume engine
     modes = ("wrap", "reflect", "nearest")[: len(axes)]
-    y = tf.gaussian_filter(x, sig, mode=modes, axes=axes, backend=engine).numpy()
-    assert np.array_equal(y, ndi.gaussian_filter(xn, sig, mode=modes, axes=axes))
+    out = torch.full_like(x, 7.0)
+    y = tf.gaussian_filter(x, sig, mode=modes, axes=axes, out=out, backend=engine)
+    assert y is out and np.array_equal(y.numpy(), ndi.gaussian_filter(xn, sig, mode=modes, axes=axes))
     for order in ((1, 0, 0), (0, 2, 1)):
         y = tf.gaussian_filter(x, sig, order=order[: len(axes)], mode="mirror", axes=axes, backend=engine).numpy()
         assert np.array_equal(y, ndi.gaussian_filter(xn, sig, order=order[: len(axes)], mode="mirror", axes=axes))
@@ -151,21 +152,34 @@ def test_axes_out_of_order_keep_scipys_pass_order(axes, engine):
                                                                         cval=0.6, axes=on_slice)), rtol=1e-12)
 
 
-def test_out_of_order_axes_permute_only_float64_gaussians():
-    """The permuted view that keeps SciPy's pass order (and may cost the CPU engine a copy) is
-    taken for float64 only, by the ops whose passes SciPy runs in ``axes`` order."""
-    from torchfilters.functional import _core
+def test_out_of_order_axes_run_float64_gaussians_as_runs_of_increasing_axes(monkeypatch):
+    """Where a volume engine would run a float64 Gaussian's passes given out of order, they run
+    as calls of increasing axes, each on the last one's result (``gaussian._pass_runs``: SciPy's
+    bits); float32 and planes of one mode (whose passes follow the stencil) run in one call."""
+    from torchfilters.functional import gaussian as G
 
-    x = torch.zeros(2, 3, 4, 5, dtype=torch.float64)
-    assert _core.prep(x, "reflect", 0.0, (3, 1, 2), ordered=True)[1].perm == (0, 3, 1, 2)
-    assert _core.prep(x, "reflect", 0.0, (3, 1), ordered=True)[1][2:4] == (2, (0, 2, 1, 3))
-    assert _core.prep(x, "reflect", 0.0, (1, 2, 3), ordered=True)[1].perm is None  # in order
-    assert _core.prep(x, "reflect", 0.0, (3, 1, 2))[1].perm is None  # not an ordered op
-    assert _core.prep(x.float(), "reflect", 0.0, (3, 1, 2), ordered=True)[1].perm is None
-    assert _core.prep(x, "reflect", 0.0, (-1, -2), ordered=True)[1].perm is None  # a plane follows the stencil
-    assert _core.prep(x, ("reflect", "wrap"), 0.0, (-1, -2), ordered=True)[1].perm == (0, 1, 3, 2)  # a volume's
-    assert _core.prep(x, ("reflect", "wrap"), 0.0, (3, 1), ordered=True)[1].perm == (0, 2, 3, 1)
-    assert _core.prep(x, ("reflect", "wrap"), 0.0, (1, 3), ordered=True)[1].perm is None
+    calls = []
+    real = G.run
+    monkeypatch.setattr(G, "run", lambda x, lay, *a: calls.append(lay.axes) or real(x, lay, *a))
+    x = rand(2, 3, 4, 5, seed=1)
+
+    def runs(t, axes, mode="reflect", sigma=1.0):
+        calls.clear()
+        tf.gaussian_filter(t, sigma, mode=mode, axes=axes)
+        return calls[:]
+
+    assert runs(x, (3, 1, 2)) == [(3,), (1, 2)]
+    assert runs(x, (-1, -2, -3)) == [(3,), (2,), (1,)]
+    assert runs(x, (2, 0, 3)) == [(2,), (0, 3)]
+    assert runs(x, (3, 1)) == [(3,), (1,)]  # a gap: a volume
+    assert runs(x, (-1, -2)) == [(3, 2)]  # a plane of one mode
+    assert runs(x, (-1, -2), mode=("reflect", "wrap")) == [(3,), (2,)]
+    assert runs(x, (3, 1, 2), sigma=(1.0, 0.0, 1.0)) == [(3,), (2,)]  # (sigma 0: no pass)
+    assert runs(x, (1, 2, 3)) == [(1, 2, 3)]
+    assert runs(x.float(), (3, 1, 2)) == [(3, 1, 2)]
+    xg = rand(1, 3, 4, 5, seed=2).requires_grad_()
+    assert torch.autograd.gradcheck(lambda t: tf.gaussian_filter(t, (0.8, 0.6, 0.7), mode=("wrap", "constant", "mirror"),
+                                                                 cval=0.5, axes=(3, 1, 2)), (xg,))
 
 
 @examples(25)

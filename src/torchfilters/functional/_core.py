@@ -12,17 +12,6 @@
 * otherwise (video ``(B, T, C, H, W)`` over ``T, H, W``) the chosen axes are moved behind the
   others, in their order, as a permuted view, and the result is permuted back.
 
-**Pass order.**  The CPU engine runs a volume's 1-D passes in increasing axis order, a plane's
-in the stencil's order.  Where SciPy runs the passes in the order ``axes`` lists them (``gaussian_filter``
-and the filters built on it: ``ordered``) and a caller lists them out of order, a spec of three
-axes would round differently (the last bit of a float64).  There, in float64 (SciPy's bits are
-the promise; a float32 result rounds within its precision either way, and a permuted view may
-cost a copy), the chosen axes are moved behind the others in the caller's order instead (three
-axes, or two whose modes differ: a volume engine runs those), or in increasing order onto a
-plane (two axes of one mode: a plane's passes follow the stencil); the result is made
-contiguous.  (Only ops whose stencils are passes per axis take it: dense and rank footprints
-read the spec's axes in increasing axis order.)
-
 Per-axis arguments follow ``axes`` order (SciPy's rule); stencils list their passes in the
 order SciPy applies them.  A result with a component axis (``gradient``) has it just before
 the first chosen axis.
@@ -67,7 +56,6 @@ class Layout(NamedTuple):
     ndim: int  # the spec's spatial axes
     perm: tuple[int, ...] | None  # input permutation (None: as it is)
     merge: int = 0  # > 0: the axes from this one on are merged into one (a view)
-    ordered: bool = False  # ``perm`` keeps SciPy's pass order (the module docstring's *Pass order*)
 
     @property
     def spec_axes(self) -> tuple[int, ...]:
@@ -127,43 +115,32 @@ class Layout(NamedTuple):
         return shape[:first] + (components,) + shape[first:]
 
 
-def layout(x: Tensor, axes, default=(-2, -1), ordered: bool | str = False) -> Layout:
-    """The :class:`Layout` of ``axes`` (validated) on ``x``; ``ordered``: the op's passes run in
-    the order ``axes`` lists them (the module docstring's *Pass order*; ``"modes"``: two axes
-    whose modes differ, which a volume engine runs)."""
+def layout(x: Tensor, axes, default=(-2, -1)) -> Layout:
+    """The :class:`Layout` of ``axes`` (validated) on ``x``."""
     dim = x.dim()
     # axes of plain ints: the layouts that strides cannot change are memoised (exact types:
     # ``True`` or ``1.0`` equal 1 as keys, and must still be refused; not while torch.compile
     # traces: it takes a constant's named tuple as opaque)
     if ((axes is None or type(axes) is int or (type(axes) is tuple and all(type(a) is int for a in axes)))
             and not torch.compiler.is_compiling()):
-        lay = _static_layout(axes, dim, default, ordered)
+        lay = _static_layout(axes, dim, default)
         if lay is not None:
             return lay
-    return _layout(x, axes, dim, default, ordered)
+    return _layout(x, axes, dim, default)
 
 
 @functools.lru_cache(maxsize=1024)
-def _static_layout(axes, dim: int, default, ordered: bool | str = False) -> Layout | None:
+def _static_layout(axes, dim: int, default) -> Layout | None:
     """:func:`layout` where the axes after the last chosen one are too few to merge (its result
     then depends on ``axes`` and ``dim`` alone: memoised, a few microseconds of every call),
     else None."""
     ax = check_axes(axes, dim, default) if axes is not None or dim >= len(default) else None
     if ax is None or dim - max(ax) >= 3:
         return None
-    return _layout(None, axes, dim, default, ordered)
+    return _layout(None, axes, dim, default)
 
 
-def _layout(x: Tensor | None, axes, dim: int, default, ordered: bool | str = False) -> Layout:
-    lay = _natural_layout(x, axes, dim, default)
-    ax = lay.axes
-    if not ordered or list(ax) == sorted(ax) or (ordered != "modes" and lay.ndim < 3):
-        return lay
-    chosen = tuple(sorted(ax)) if len(ax) == 2 and ordered != "modes" else tuple(ax)
-    return Layout(dim, ax, len(ax), tuple(a for a in range(dim) if a not in ax) + chosen, 0, True)
-
-
-def _natural_layout(x: Tensor | None, axes, dim: int, default) -> Layout:
+def _layout(x: Tensor | None, axes, dim: int, default) -> Layout:
     if axes is None and dim < len(default):
         raise ValueError(
             f"input must have at least {len(default)} dimensions (..., H, W) for the default "
@@ -349,11 +326,7 @@ def run(x: Tensor, lay: Layout, modes, cval: float, epilogue: str, recipes: tupl
             return out
         eng_out = lay.out_to_engine(out, bool(components))
     y = run_filter(lay.to_engine(x), text, eng_out, backend)
-    if out is not None:
-        return out
-    y = lay.from_engine(y, bool(components), x.shape)
-    # (a view permuted for the pass order only: the result is laid out as the natural layout's)
-    return y.contiguous() if lay.ordered else y
+    return out if out is not None else lay.from_engine(y, bool(components), x.shape)
 
 
 def run_filter(x: Tensor, text: str, out: Tensor | None, backend) -> Tensor:
@@ -398,18 +371,14 @@ def no_grad_out(*tensors):
 # ------------------------------------------------------------------ arguments
 
 
-def prep(input, mode, cval, axes, default=(-2, -1), ordered: bool = False):
-    """``(x, layout, modes, cval)``: the checked input, its :class:`Layout` (``ordered``: see
-    :func:`layout`), one canonical mode per chosen axis (``axes`` order) and ``cval``."""
+def prep(input, mode, cval, axes, default=(-2, -1)):
+    """``(x, layout, modes, cval)``: the checked input, its :class:`Layout`, one canonical mode
+    per chosen axis (``axes`` order) and ``cval``."""
     x = check_input(input)
     if isinstance(mode, str):
         canonical_mode(mode)  # an unknown mode before a shape error, as before axes existed
-    ordered = ordered and x.dtype == torch.float64
-    lay = layout(x, axes, default, ordered)
-    modes = check_modes(mode, len(lay.axes))
-    if ordered and len(modes) == 2 and modes[0] != modes[1] and lay.axes[0] > lay.axes[1]:
-        lay = layout(x, axes, default, "modes")  # (two modes: a volume engine runs the passes)
-    return x, lay, modes, check_cval(cval)
+    lay = layout(x, axes, default)
+    return x, lay, check_modes(mode, len(lay.axes)), check_cval(cval)
 
 
 def _nested_floats(obj, depth: int, name: str):

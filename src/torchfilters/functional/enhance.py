@@ -15,7 +15,7 @@ from torch import Tensor
 from .._docs import docfiller
 from .._validate import check_real
 from ._core import copy_result, prep, run
-from .gaussian import check_sigma, gaussian_radii
+from .gaussian import check_sigma, gaussian_radii, increasing
 
 __all__ = ["difference_of_gaussians", "unsharp_mask"]
 
@@ -74,7 +74,7 @@ def unsharp_mask(
         >>> bool(y[0, 1] < 0 < 1 < y[0, 2])   # overshoot on both sides of the edge
         True
     """
-    x, lay, modes, cval = prep(input, mode, cval, axes, ordered=True)
+    x, lay, modes, cval = prep(input, mode, cval, axes)
     k = len(lay.axes)
     sigmas = check_sigma(sigma, k)
     amount = check_real(amount, "amount", allow_inf=False)
@@ -83,7 +83,7 @@ def unsharp_mask(
     radii = gaussian_radii(sigmas, truncate, None)
     if amount == 0.0 or all(s <= 1e-15 for s in sigmas):
         return copy_result(x, out, backend)
-    a = lay.spec_axes
+    a, sigmas, radii = increasing(lay, sigmas, radii)
     recipes = (("sep", ((a[0], 0, (1.0 + amount,)),)), ("gauss_scaled", sigmas, radii, a, -amount))
     return run(x, lay, modes, cval, "sum", recipes, out, backend)
 
@@ -140,15 +140,13 @@ def difference_of_gaussians(
         >>> bool(tf.difference_of_gaussians(x, 1.0)[4, 4] > 0)   # a bright blob's centre
         True
     """
-    x, lay, modes, cval = prep(input, mode, cval, axes, ordered=True)
+    x, lay, modes, cval = prep(input, mode, cval, axes)
     k = len(lay.axes)
     low = check_sigma(low_sigma, k)
     high = tuple(1.6 * s for s in low) if high_sigma is None else check_sigma(high_sigma, k)
     if any(lo > hi for lo, hi in zip(low, high)):
         raise ValueError(f"high_sigma must be >= low_sigma on every axis; got low_sigma={low}, high_sigma={high}")
-    a = lay.spec_axes
-    recipes = (
-        ("gauss_scaled", low, gaussian_radii(low, truncate, None), a, 1.0),
-        ("gauss_scaled", high, gaussian_radii(high, truncate, None), a, -1.0),
-    )
+    a, low, rlow = increasing(lay, low, gaussian_radii(low, truncate, None))
+    _, high, rhigh = increasing(lay, high, gaussian_radii(high, truncate, None))
+    recipes = (("gauss_scaled", low, rlow, a, 1.0), ("gauss_scaled", high, rhigh, a, -1.0))
     return run(x, lay, modes, cval, "sum", recipes, out, backend)

@@ -14,7 +14,7 @@ from torch import Tensor
 from .. import kernels
 from .._docs import docfiller
 from .._validate import check_real, per_axis
-from ._core import copy_result, prep, run
+from ._core import check_out, copy_result, layout, prep, run
 from .correlate import one_axis
 
 __all__ = ["gaussian_filter", "gaussian_filter1d", "gaussian_gradient_magnitude", "gaussian_laplace"]
@@ -128,7 +128,7 @@ def gaussian_filter(
         >>> tf.gaussian_filter(torch.tensor([[1.0, 2.0, 3.0]]), 2.0)
         tensor([[1.8884, 2.0000, 2.1116]])
     """
-    x, lay, modes, cval = prep(input, mode, cval, axes, ordered=True)
+    x, lay, modes, cval = prep(input, mode, cval, axes)
     return _gaussian(x, lay, modes, cval, sigma, order, truncate, radius, out, backend)
 
 
@@ -155,8 +155,47 @@ def _gaussian(x, lay, modes, cval, sigma, order, truncate, radius, out, backend)
     sigmas, orders, radii = checked_taps_args(sigma, order, truncate, radius, len(lay.axes))
     if all(s <= 1e-15 for s in sigmas):  # SciPy filters no axis: a copy
         return copy_result(x, out, backend)
+    runs = _pass_runs(x, lay, modes, sigmas)
+    if runs is not None:
+        if out is not None:
+            check_out(out, x.shape, x.dtype, x.device)
+        for j, r in enumerate(runs):
+            x = _gaussian(x, layout(x, tuple(lay.axes[i] for i in r)), tuple(modes[i] for i in r), cval,
+                          tuple(sigmas[i] for i in r), tuple(orders[i] for i in r), truncate,
+                          tuple(radii[i] for i in r), out if j == len(runs) - 1 else None, backend)
+        return x
     recipe = ("gauss", sigmas, orders, radii, lay.spec_axes)
     return run(x, lay, modes, cval, "stack", (recipe,), out, backend)
+
+
+def _pass_runs(x, lay, modes, sigmas):
+    """SciPy runs a Gaussian's passes in the order ``axes`` lists them; a plane engine runs them
+    in the stencil's order, the CPU engine's volume path (three axes, or two of different modes)
+    in increasing axis order, which rounds differently.  For a float64 input there (SciPy's
+    bits are the promise; other dtypes round within their precision either way): the passes as
+    runs of increasing axes (their indices in ``axes`` order), one call each -- each call's input
+    is stored as SciPy stores each pass's, so the bits are SciPy's.  Else None."""
+    if x.dtype != torch.float64:
+        return None
+    live = [i for i, s in enumerate(sigmas) if s > 1e-15]  # (SciPy skips sigma ~ 0)
+    ax = [lay.axes[i] for i in live]
+    if ax == sorted(ax) or (lay.ndim < 3 and len({modes[i] for i in live}) == 1):
+        return None
+    runs = [[live[0]]]
+    for i in live[1:]:
+        if lay.axes[i] > lay.axes[runs[-1][-1]]:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def increasing(lay, *per_axis):
+    """``(spec axes, *per_axis)`` in increasing axis order: the order of a Gaussian over every
+    axis (SciPy's terms of ``gaussian_laplace``, scikit-image's ``gaussian``), whatever the
+    order of ``axes``."""
+    up = sorted(range(len(lay.axes)), key=lambda j: lay.spec_axes[j])
+    return (tuple(lay.spec_axes[j] for j in up),) + tuple(tuple(v[j] for j in up) for v in per_axis)
 
 
 @docfiller(
@@ -289,11 +328,10 @@ def _gaussian_sum(input, sigma, order, epilogue, mode, cval, truncate, radius, a
     radii = gaussian_radii(sigmas, truncate, radius)
     # the terms in ``axes`` order, each one's passes in increasing axis order (SciPy's: each term
     # is a ``gaussian_filter`` over every axis)
-    up = sorted(range(k), key=lambda j: lay.spec_axes[j])
 
     def term(i):
-        return ("gauss", tuple(sigmas[j] for j in up), tuple(order if j == i else 0 for j in up),
-                tuple(radii[j] for j in up), tuple(lay.spec_axes[j] for j in up))
+        a, s, o, r = increasing(lay, sigmas, tuple(order if j == i else 0 for j in range(k)), radii)
+        return ("gauss", s, o, r, a)
 
     return run(x, lay, modes, cval, epilogue, tuple(term(i) for i in range(k)), out, backend)
 
