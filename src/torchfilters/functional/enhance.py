@@ -43,7 +43,8 @@ def unsharp_mask(
     preserve_range=True)`` on float input (which does not clip either); its ``mode='reflect'`` is
     fixed in its code, here it is the default of ``mode``.  Integer input is promoted to float32
     (as everywhere in torchfilters), not rescaled to ``[0, 1]`` as scikit-image does without
-    ``preserve_range``.  Differentiable.
+    ``preserve_range``.  The Gaussian's passes run in increasing axis order whatever the order
+    of ``axes`` (scikit-image's ``gaussian`` filters every axis).  Differentiable.
 
     Args:
         %(input)s

@@ -14,7 +14,8 @@ from torch import Tensor
 from .. import kernels
 from .._docs import docfiller
 from .._validate import check_real, per_axis
-from ._core import check_out, copy_result, layout, prep, run
+from ..backends import check_backend
+from ._core import check_out, copy_result, layout, no_grad_out, prep, run
 from .correlate import one_axis
 
 __all__ = ["gaussian_filter", "gaussian_filter1d", "gaussian_gradient_magnitude", "gaussian_laplace"]
@@ -157,8 +158,10 @@ def _gaussian(x, lay, modes, cval, sigma, order, truncate, radius, out, backend)
         return copy_result(x, out, backend)
     runs = _pass_runs(x, lay, modes, sigmas)
     if runs is not None:
-        if out is not None:
+        check_backend(backend)
+        if out is not None:  # (the checks of the last call, before the first one's work)
             check_out(out, x.shape, x.dtype, x.device)
+            no_grad_out(x)
         for j, r in enumerate(runs):
             x = _gaussian(x, layout(x, tuple(lay.axes[i] for i in r)), tuple(modes[i] for i in r), cval,
                           tuple(sigmas[i] for i in r), tuple(orders[i] for i in r), truncate,
