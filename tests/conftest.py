@@ -596,6 +596,18 @@ def pytest_pyfunc_call(pyfuncitem):
         pyfuncitem.obj = fn
 
 
+# ------------------------------------------------------------ compile log
+
+if os.environ.get("TORCHFILTERS_COMPILE_LOG"):
+    import _compile_log  # (tests/, on the path as this file's folder)
+
+    _compile_log.install(os.path.abspath(os.environ["TORCHFILTERS_COMPILE_LOG"]))
+
+    def pytest_runtest_setup(item):
+        """Name the test that compiles (``_compile_log``: which test compiles which kernel)."""
+        _compile_log.set_test(item.nodeid)
+
+
 # ------------------------------------------------------------ worker shutdown
 
 
