@@ -255,3 +255,61 @@ def test_modules_take_every_axes_form_the_functions_take():
             tf.nn.Laplace(axes=bad)
     with pytest.raises(ValueError, match="axis"):
         tf.nn.Sobel(axis=5, axes=(0, 1))
+
+
+_INT_ARGS = {
+    "origin": (lambda t, v: tf.uniform_filter(t, 3, origin=v), (0, 1, -1)),
+    "size": (lambda t, v: tf.uniform_filter(t, v), (3, 5, 2)),
+    "axes": (lambda t, v: tf.gaussian_filter(t, 1.0, axes=(v, -1)), (-2, 1, 0)),
+    "order": (lambda t, v: tf.gaussian_filter(t, 1.0, order=v), (0, 1, 2)),
+    "radius": (lambda t, v: tf.gaussian_filter(t, 1.0, radius=v), (2, 3, 5)),
+    "axis": (lambda t, v: tf.gaussian_filter1d(t, 1.0, axis=v), (-1, 2, 1)),
+    "rank": (lambda t, v: tf.rank_filter(t, v, 3), (1, 4, -1)),
+    "percentile": (lambda t, v: tf.percentile_filter(t, v, 3), (50, 20, 90)),
+    "int sigma": (lambda t, v: tf.difference_of_gaussians(t, 1.0, v), (2, 3, 4)),
+}
+
+
+@pytest.mark.parametrize("dynamic", (None, True))
+@pytest.mark.parametrize("name", sorted(_INT_ARGS))
+def test_compile_fullgraph_when_an_int_argument_changes(name, dynamic):
+    """Found by review: Dynamo makes an int argument symbolic once it changes between calls (at
+    once with ``dynamic=True``), and the spec builders could not take it (``assume_constant_result
+    argument conversion failed``; ``axes``: "sort with non-constant keys").  Each value is
+    specialised, and each result is eager's."""
+    fn, values = _INT_ARGS[name]
+    x = rand(2, 3, 9, 10, seed=7)
+    f = torch.compile(fn, fullgraph=True, backend="eager", dynamic=dynamic)
+    for v in values:
+        assert torch.equal(f(x, v), fn(x, v)), v
+
+
+def test_numpy_arguments_of_modules_become_python_numbers():
+    """Found by review: modules kept NumPy ``sigma`` as given (``sigma=np.float32(1.5)``), which
+    Dynamo traces as a tensor (no fullgraph trace); a NumPy value passed to a function under
+    ``fullgraph`` is refused by name."""
+    x = rand(1, 2, 8, 9, seed=8)
+    for m, want in ((tf.nn.GaussianFilter(np.float32(1.5)), tf.gaussian_filter(x, 1.5)),
+                    (tf.nn.GaussianFilter(np.array([1.5, 1.0])), tf.gaussian_filter(x, (1.5, 1.0))),
+                    (tf.nn.UniformFilter(np.int64(3), origin=np.array([0, 1])), tf.uniform_filter(x, 3, origin=(0, 1)))):
+        assert "np." not in repr(m) and "array" not in repr(m), repr(m)
+        assert torch.equal(torch.compile(m, fullgraph=True, backend="eager")(x), want)
+        torch._dynamo.reset()
+    with pytest.raises(Exception, match="sigma must be Python numbers under torch.compile"):
+        torch.compile(lambda t: tf.gaussian_filter(t, np.float64(1.5)), fullgraph=True, backend="eager")(x)
+
+
+@pytest.mark.filterwarnings(r"ignore:`torch\.jit\.trace(_method)?` is deprecated:DeprecationWarning")
+def test_jit_trace_records_each_op_as_its_custom_op():
+    """Found by review: ``torch.jit.trace`` failed on the fused CPU engine (traced sizes reached
+    numba: ``TypingError``), and in the background compile mode its check pass ran another
+    engine ("Graphs differed across invocations").  A trace records the custom op, which runs on
+    other shapes."""
+    x = rand(1, 2, 8, 9, seed=9)
+    y = rand(2, 3, 10, 7, seed=10)
+    for f in (lambda t: tf.gradient_magnitude(t), lambda t: tf.gaussian_filter(t, 1.5),
+              lambda t: tf.median_filter(t, 3), lambda t: tf.selective_blur(t, 0.5),
+              lambda t: tf.gradient_magnitude(t, operator="sobel", axes=(-3, -2, -1)), tf.nn.Laplace()):
+        traced = torch.jit.trace(f, (x,))
+        assert "torchfilters::" in str(traced.graph)
+        assert torch.equal(traced(y), f(y))

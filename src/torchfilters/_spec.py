@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import operator
 import math
 import sys
 from typing import NamedTuple
@@ -212,7 +213,32 @@ def cached(fn):
         return memo(*args)
 
     # on a plain function: Dynamo inlines lru_cache objects whatever their marks
-    return _assume_constant_result(call)
+    marked = _assume_constant_result(call)
+
+    @functools.wraps(fn)
+    def entry(*args):
+        if torch.compiler.is_compiling():
+            # Dynamo makes an int or float argument of a compiled function symbolic once it
+            # changes between calls ("automatic dynamic", or at once with ``dynamic=True``), and
+            # a constant's arguments must be values: specialise them here (a guard, and a
+            # recompile per value, as with ``dynamic=False``) -- found by review
+            args = _specialised(args)
+        return marked(*args)
+
+    return entry
+
+
+def _specialised(v):
+    """``v`` (nested tuples of ints, floats, strings, ...) with every int and float a constant
+    while Dynamo traces: ``operator.index`` of a symbolic int and the hex text of a symbolic
+    float are what Dynamo specialises on (``int()`` / ``float()`` keep them symbolic)."""
+    if isinstance(v, tuple):
+        return v if hasattr(v, "_fields") else tuple([_specialised(e) for e in v])  # (named: as given)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return v
+    if isinstance(v, int):
+        return operator.index(v)
+    return float.fromhex(v.hex())
 
 
 def _assume_constant_result(fn):

@@ -8,6 +8,7 @@ names the argument and lists what is accepted.
 from __future__ import annotations
 
 import math
+import operator
 from numbers import Integral, Real
 
 import numpy as np
@@ -199,11 +200,15 @@ def _real(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         what = f"a tensor of dtype {given.dtype}" if isinstance(given, torch.Tensor) else type_name(given)
         raise TypeError(f"{name} must be a real number; got {what}")
-    if type(value) is float and torch.compiler.is_compiling():
-        # Dynamo makes a float argument symbolic once it changes between calls ("automatic
-        # dynamic"), and a spec needs its value: through its hex text Dynamo specialises on it
-        # (a guard, a recompile per value as with dynamic=False) -- found by review
-        return float.fromhex(value.hex())
+    if torch.compiler.is_compiling():
+        # Dynamo makes a number argument symbolic once it changes between calls ("automatic
+        # dynamic"), and a spec needs its value: through a float's hex text, an int's
+        # ``operator.index``, Dynamo specialises on it (a guard, a recompile per value as with
+        # dynamic=False) -- found by review
+        if type(value) is float:
+            return float.fromhex(value.hex())
+        if type(value) is int:
+            return float(operator.index(value))
     return float(value)
 
 
@@ -234,6 +239,9 @@ def per_axis(value, k: int, name: str):
     if isinstance(value, torch.Tensor):
         value = tensor_values(value, name)
     elif isinstance(value, np.ndarray):
+        if torch.compiler.is_compiling():  # (Dynamo traces NumPy values, scalars too, as tensors)
+            raise TypeError(f"{name} must be Python numbers under torch.compile (Dynamo traces NumPy values as "
+                            f"tensors); pass {name}.tolist() (or float({name})) outside the compiled function")
         value = value.tolist()
     if isinstance(value, (list, tuple)):
         if len(value) != k:
@@ -270,7 +278,8 @@ def axes_tuple(axes) -> tuple[int, ...]:
             raise TypeError(f"axes must hold ints; got {type_name(a)} in axes={given!r}")
     if not 1 <= len(axes) <= 3:
         raise ValueError(f"axes must name 1, 2 or 3 axes; got axes={given!r}")
-    return tuple(int(a) for a in axes)
+    # (``operator.index``, not ``int``: it makes Dynamo specialise a symbolic int -- found by review)
+    return tuple([operator.index(a) for a in axes])
 
 
 def check_axes(axes, ndim: int, default=(-2, -1)):
@@ -319,7 +328,7 @@ def check_axis(axis, ndim: int, name: str = "axis") -> int:
     non-negative index."""
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, Integral):
         raise TypeError(f"{name} must be an int (-1: x, along W; -2: y, along H); got {type_name(axis)}")
-    axis = int(axis)
+    axis = operator.index(axis)  # (a constant while Dynamo traces: see axes_tuple)
     if not -ndim <= axis < ndim:
         raise ValueError(f"{name}={axis} is out of range for an input of {ndim} dimensions")
     return axis % ndim

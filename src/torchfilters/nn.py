@@ -19,6 +19,7 @@ import inspect
 from numbers import Integral
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -92,6 +93,8 @@ class _FilterModule(torch.nn.Module):
             v = values[n]
             if isinstance(v, Tensor) and n not in ("weights", "footprint") and v.dtype != torch.bool:
                 v = tensor_values(v, n)  # (a sigma, a cval: Python numbers, constants for torch.compile)
+            elif isinstance(v, (np.ndarray, np.generic)) and n not in ("weights", "footprint"):
+                v = v.tolist()  # (NumPy's too: torch.compile takes NumPy values for tensors -- found by review)
             setattr(self, n, v)
         # validate the arguments now, not at the first batch: on the reference engine, whatever the
         # default backend (``TORCHFILTERS_BACKEND=triton`` runs no CPU tensor: found by review)

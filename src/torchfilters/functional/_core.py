@@ -182,7 +182,7 @@ def _eager_engine(x: Tensor, backend: str):
 
     A ``torch.library`` custom op costs ~7 us per call on top of the kernel
     (about 5x a small ``torch.add``).  When nothing needs the dispatcher --
-    no autograd graph to record, no ``torch.compile`` tracing, no tensor
+    no autograd graph to record, no ``torch.compile`` or ``torch.jit.trace`` tracing, no tensor
     subclass or dispatch mode (FakeTensor, functorch) -- the eager call goes
     straight to the same engine the op's device kernel would run.
     """
@@ -190,6 +190,7 @@ def _eager_engine(x: Tensor, backend: str):
         (x.requires_grad and torch.is_grad_enabled())
         or _fwad._current_level >= 0
         or torch.compiler.is_compiling()
+        or torch._C._is_tracing()  # (torch.jit.trace: records the custom op)
         or type(x) is not Tensor
         or torch._C._len_torch_dispatch_stack() > 0
         or torch._C._functorch.is_functorch_wrapped_tensor(x)
