@@ -66,13 +66,13 @@ def _cttz(typingctx, v):
     return types.uint64(types.uint64), codegen
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _lt(a, b):
     """``a < b`` in NaN-last order."""
     return (a < b) or (math.isnan(b) and not math.isnan(a))
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _eq(a, b):
     """``a == b`` with NaN equal to NaN."""
     return (a == b) or (math.isnan(a) and math.isnan(b))
@@ -81,7 +81,7 @@ def _eq(a, b):
 # ----------------------------------------------------------------------------- van Herk
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _runs(tx, x0, pw, RU):
     """Split padded columns ``x0 .. x0+pw`` into runs ``(t0, t1, c0)`` of consecutive source
     columns from ``c0`` (``c0 = -1``: padding); returns their number."""
@@ -104,7 +104,7 @@ def _runs(tx, x0, pw, RU):
     return nr
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _load(X, R, src, base, RU, nr, cval):
     """The padded columns described by ``RU`` (``_runs``) of source row ``src`` (offset
     ``base``; ``src < 0``: padding) into ``R``; each run one vector copy."""
@@ -122,7 +122,7 @@ def _load(X, R, src, base, RU, nr, cval):
                 Rs[t] = Xs[t]
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _row(X, R, src, base, RU, nr, cval, pw):
     """Source row ``src``'s padded columns: a view of ``X`` when they are one run, else
     loaded into ``R`` (``_load``)."""
@@ -133,7 +133,7 @@ def _row(X, R, src, base, RU, nr, cval, pw):
     return R
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _comb(A, B, C, n, ismax):
     """``C = op(A, B)`` over ``n`` elements."""
     if ismax:
@@ -148,7 +148,7 @@ def _comb(A, B, C, n, ismax):
             C[t] = _sel((a < b) | math.isnan(b), a, b)
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _combs(A, s, C, n, ismax):
     """``C[t] = op(A[t], A[t + s])``."""
     _comb(A, A[s:], C, n, ismax)
@@ -233,7 +233,7 @@ def _k_vh(X, O, G, ty, tx, cval, ismax, it0, it1):
 # ----------------------------------------------------------------------------- networks
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _key(b, sh, mask, kinf, knan):
     """Float bits (as a signed integer) -> an integer that orders as the float, NaN last (one
     NaN: ``knan``); ``K = [sh, mask, kinf, knan]``: width - 1, sign-less mask, key of -inf."""
@@ -241,7 +241,7 @@ def _key(b, sh, mask, kinf, knan):
     return knan if k < kinf else k
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _unkey(k, sh, mask):
     return k ^ ((k >> sh) & mask)
 
@@ -326,7 +326,7 @@ def _k_net(X, O, G, tz, ty, tx, prog, K, cbits, gen, it0, it1):
 # ----------------------------------------------------------------------------- selection
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _qsel(a, n, k):
     """The ``k``-th smallest of ``a[:n]`` (no NaN), reordering ``a``."""
     lo = 0
@@ -355,7 +355,7 @@ def _qsel(a, n, k):
     return a[k]
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _rowbases(RB, offs, tz, ty, n, z, y, D, H, W):
     for t in range(offs.shape[0]):
         sz = tz[z + offs[t, 0]]
@@ -394,21 +394,21 @@ def _k_sel(X, O, G, tz, ty, tx, offs, cval, it0, it1):
 # ----------------------------------------------------------------------------- histogram
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _hadd(r, Wd, G1, G2):
     Wd[r >> 6] |= np.uint64(1) << np.uint64(r & 63)
     G1[r >> 9] += 1
     G2[r >> 12] += 1
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _hdel(r, Wd, G1, G2):
     Wd[r >> 6] &= ~(np.uint64(1) << np.uint64(r & 63))
     G1[r >> 9] -= 1
     G2[r >> 12] -= 1
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _hsel(k, Wd, G1, G2):
     """The position of the ``k``-th (0-based) set bit."""
     s = 0

@@ -120,7 +120,7 @@ def _direct(spec, sign, zsigns, sizes, nv, nthreads, epilogue):
 # device code
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _sym(a, c, b, s0, s1, sf):
     """A symmetric 3-tap pass at one vector, SciPy's ``c * s0 + (a + b) * s1``; for ``s1 = 1`` and
     ``s0`` 1 or 2 (``sf`` 1, 2) without the multiplies (the same bits: ``c + c`` is ``2 * c``,
@@ -133,7 +133,7 @@ def _sym(a, c, b, s0, s1, sf):
     return _vadd(_vmul(c, s0), _vmul(pr, s1))
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _anti(a, c, b, w0, wl, af):
     """An antisymmetric 3-tap pass at one vector, SciPy's ``c * w0 + (a - b) * wl``; for
     ``wl = +-1`` (``af`` 1) one fused multiply-add (exact: ``(a - b) * wl`` is)."""
@@ -168,7 +168,7 @@ def _dx_row(dst, src, W, w0, wl, af, w0s, wls, zs, xe, L):
         dst[x] = src[x] * w0s + (lo - hi) * wls
 
 
-@njit(inline="always", **_JIT)
+@njit(forceinline=True, **_JIT)
 def _pads(T, W, xe, zs, L):
     """The pads ``T[L - 1]``, ``T[L + W]`` of a padded row ``T[L .. L + W)`` (folded, 0 in
     constant mode)."""
