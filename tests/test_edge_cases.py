@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numpy as np
 import pytest
 import scipy.ndimage as ndi
@@ -117,3 +118,15 @@ def test_argument_edge_cases():
     y = x.clone()
     tf.gaussian_filter(y, 0, out=y)  # sigma 0 and out aliasing the input: a copy onto itself
     assert torch.equal(y, x)
+
+
+@pytest.mark.parametrize("dtype, cval, op", [(torch.float16, 7e4, lambda x, **k: tf.median_filter(x, 3, **k)),
+                                             (torch.float32, 1e39, lambda x, **k: tf.gaussian_filter(x, 1.0, **k)),
+                                             (torch.bfloat16, -1e39, lambda x, **k: tf.uniform_filter(x, 3, **k))])
+def test_a_cval_past_the_dtypes_range_pads_with_inf_on_every_engine(dtype, cval, op):
+    """Found by review: the reference engine raised ``RuntimeError: value cannot be converted to
+    type ... without overflow`` where the CPU and Triton engines pad with the cval cast (inf)."""
+    x = torch.rand(1, 2, 4, 5, generator=torch.Generator().manual_seed(3)).to(dtype)
+    ref = op(x, mode="constant", cval=cval, backend="reference")
+    assert ref[0, 0, 0, 0].item() == math.copysign(math.inf, cval)
+    assert torch.equal(ref, op(x, mode="constant", cval=cval, backend="cpu"))

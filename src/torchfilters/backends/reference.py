@@ -55,7 +55,10 @@ def _pad(x: torch.Tensor, dim: int, lo: int, hi: int, mode: str, cval: float) ->
     if mode == "constant":
         shape = list(x.shape)
         shape[dim] = 1
-        x = torch.cat([x, x.new_full(shape, cval)], dim)
+        # (the cval rounded to x's dtype as a cast rounds it: past its range, inf -- ``new_full``
+        # raises on a Python float it cannot hold; found by review)
+        fill = torch.tensor(cval, dtype=torch.float64).to(x.dtype).item() if x.dtype != torch.float64 else cval
+        x = torch.cat([x, x.new_full(shape, fill)], dim)
     return x.index_select(dim, idx)
 
 
