@@ -222,18 +222,18 @@ def cached(fn):
             # changes between calls ("automatic dynamic", or at once with ``dynamic=True``), and
             # a constant's arguments must be values: specialise them here (a guard, and a
             # recompile per value, as with ``dynamic=False``) -- found by review
-            args = _specialised(args)
+            args = specialised(args)
         return marked(*args)
 
     return entry
 
 
-def _specialised(v):
+def specialised(v):
     """``v`` (nested tuples of ints, floats, strings, ...) with every int and float a constant
     while Dynamo traces: ``operator.index`` of a symbolic int and the hex text of a symbolic
     float are what Dynamo specialises on (``int()`` / ``float()`` keep them symbolic)."""
     if isinstance(v, tuple):
-        return v if hasattr(v, "_fields") else tuple([_specialised(e) for e in v])  # (named: as given)
+        return v if hasattr(v, "_fields") else tuple([specialised(e) for e in v])  # (named: as given)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return v
     if isinstance(v, int):

@@ -14,6 +14,8 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
+from ._spec import specialised
+
 __all__ = [
     "MODES",
     "canonical_mode",
@@ -202,13 +204,9 @@ def _real(value, name: str) -> float:
         raise TypeError(f"{name} must be a real number; got {what}")
     if torch.compiler.is_compiling():
         # Dynamo makes a number argument symbolic once it changes between calls ("automatic
-        # dynamic"), and a spec needs its value: through a float's hex text, an int's
-        # ``operator.index``, Dynamo specialises on it (a guard, a recompile per value as with
-        # dynamic=False) -- found by review
-        if type(value) is float:
-            return float.fromhex(value.hex())
-        if type(value) is int:
-            return float(operator.index(value))
+        # dynamic"), and a spec needs its value: a constant (a guard, a recompile per value as
+        # with dynamic=False) -- found by review
+        value = specialised(value)
     return float(value)
 
 

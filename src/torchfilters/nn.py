@@ -91,10 +91,13 @@ class _FilterModule(torch.nn.Module):
             values["footprint"] = _footprint_tuple(values["footprint"], k)
         for n in names:
             v = values[n]
-            if isinstance(v, Tensor) and n not in ("weights", "footprint") and v.dtype != torch.bool:
-                v = tensor_values(v, n)  # (a sigma, a cval: Python numbers, constants for torch.compile)
-            elif isinstance(v, (np.ndarray, np.generic)) and n not in ("weights", "footprint"):
-                v = v.tolist()  # (NumPy's too: torch.compile takes NumPy values for tensors -- found by review)
+            # a sigma, a cval: Python numbers, constants for torch.compile (which traces NumPy
+            # values as tensors too -- found by review)
+            if n not in ("weights", "footprint"):
+                if isinstance(v, Tensor) and v.dtype != torch.bool:
+                    v = tensor_values(v, n)
+                elif isinstance(v, (np.ndarray, np.generic)):
+                    v = v.tolist()
             setattr(self, n, v)
         # validate the arguments now, not at the first batch: on the reference engine, whatever the
         # default backend (``TORCHFILTERS_BACKEND=triton`` runs no CPU tensor: found by review)
