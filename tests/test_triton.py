@@ -366,6 +366,48 @@ def test_nan_inputs(T):
         close(g, gr, 1e-12, f"{name} {mode} backward")
 
 
+def test_sums_of_stencils_and_empty_footprints_keep_scipys_infinities(T):
+    """A sum of stencils (``laplace``, ``gaussian_laplace``, DoG, unsharp mask) runs each term on
+    its own and adds them in order, as SciPy does: float64 is SciPy's bits, and an infinite
+    sample gives NaN where two terms meet it with opposite signs (``inf - inf``), not the
+    ``inf`` of weights added per offset.  A dense kernel of zero weights sums nothing: 0 under
+    an infinite sample (or ``cval``), with a zero gradient."""
+    import numpy as np
+    import scipy.ndimage as ndi
+
+    x = rand(2, 7, 9, seed=3)
+    x[0, 3, 4] = math.inf
+    x[1, 5, 1] = -math.inf
+    x[1, 1, 6] = math.nan
+    xn = x.numpy()
+    per = lambda f: np.stack([f(p) for p in xn])  # noqa: E731
+    for k, mode in enumerate(BASE_MODES):
+        with launched(T, 4):
+            lap = tf.laplace(x, mode=mode, cval=CVAL, backend="triton")
+            log = tf.gaussian_laplace(x, (0.8, 0.6), mode=mode, cval=CVAL, backend="triton")
+            dog = tf.difference_of_gaussians(x, 0.6, mode=mode, cval=CVAL, backend="triton")
+            usm = tf.unsharp_mask(x, 0.7, amount=0.5, mode=mode, cval=CVAL, backend="triton")
+        assert np.array_equal(lap.numpy(), per(lambda p: ndi.laplace(p, mode=mode, cval=CVAL)), equal_nan=True), mode
+        want = per(lambda p: ndi.gaussian_laplace(p, (0.8, 0.6), mode=mode, cval=CVAL))
+        assert np.array_equal(log.numpy(), want, equal_nan=True), mode
+        assert lap.isnan().sum() > 3 and log.isnan().sum() > 3, mode  # the inf - inf pixels
+        for got, name in ((dog, "difference_of_gaussians"), (usm, "unsharp_mask")):
+            ref = {"difference_of_gaussians": lambda t: tf.difference_of_gaussians(t, 0.6, mode=mode, cval=CVAL),
+                   "unsharp_mask": lambda t: tf.unsharp_mask(t, 0.7, amount=0.5, mode=mode, cval=CVAL)}[name]
+            want = ref(x)
+            for cls in (torch.isnan, torch.isposinf, torch.isneginf):
+                assert torch.equal(cls(got), cls(want)), (name, mode, cls.__name__)
+            close(got.nan_to_num(0.0, 0.0, 0.0), want.nan_to_num(0.0, 0.0, 0.0), 1e-12, f"{name} {mode}")
+    zeros = torch.zeros(3, 3, dtype=torch.float64)
+    for mode in BASE_MODES:
+        xg = x.clone().requires_grad_(True)
+        with launched(T, 1, 1):
+            y = tf.correlate(xg, zeros, mode=mode, cval=math.inf, backend="triton")
+            (g,) = torch.autograd.grad(y, xg, torch.ones_like(y))
+        assert torch.equal(y, torch.zeros_like(x)) and not y.signbit().any(), mode
+        assert torch.equal(g, torch.zeros_like(x)), mode
+
+
 def test_flat_regions_have_zero_gradient(T):
     for op, dtype, mode in (("central", torch.bfloat16, "constant"), ("sobel", torch.float32, "reflect")):
         x = torch.full((1, 2, 5, 4), 0.5, dtype=dtype, requires_grad=True)

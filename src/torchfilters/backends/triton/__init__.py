@@ -55,8 +55,8 @@ from .._planar import adapt as _adapt
 from . import rows as _rows
 from . import rows_bwd as _rows_bwd
 from .footprint import _bwd_kernel, _fwd_kernel
-from .plan import (_BLEND, _DIR, _EPILOGUES, _MAG, _NORM, _PLANS, _STACK, _TILE, _U_DIR, _U_MAG, _U_NORM,  # noqa: F401
-                   _lower, _np2, _slots, set_tile_limits)
+from .plan import (_BLEND, _DIR, _EPILOGUES, _MAG, _NORM, _PLANS, _STACK, _SUM, _TILE, _U_DIR, _U_MAG,  # noqa: F401
+                   _U_NORM, _lower, _np2, _slots, set_tile_limits)
 
 NAME = "triton"
 UNAVAILABLE_HINT = (
@@ -169,6 +169,9 @@ def _launch_bwd(plan, x, mask, grad, u, out, epi, keep_border, NP, H, W):
         u_sk = u.stride(1)
         u3 = _planes(u.select(1, 0))
         g3 = _planes(grad)
+    elif epi == _SUM:  # each stencil's adjoint of the one gradient plane (stack's, stride 0)
+        usrc, u_sk, epi = 0, 0, _STACK
+        u3 = g3 = _planes(grad)
     elif epi == _STACK:
         usrc = 0
         if plan.ce["K"] == 2:
@@ -306,7 +309,7 @@ def _filter_backward_planes(grad, x, spec: FilterSpec, out=None):
         return _fallback("filter_backward", grad, x, spec, out=out)
     epi = _EPILOGUES[spec.epilogue]
     u = None
-    if epi != _STACK and not plan.recompute:
+    if epi in (_MAG, _DIR) and not plan.recompute:
         K = plan.ce["K"]
         u = torch.empty((NP, K, H, W), dtype=compute_dtype(x.dtype), device=x.device)
         _launch_fwd(plan, x, None, grad, u, _U_MAG if epi == _MAG else _U_DIR, False, NP, H, W)

@@ -200,8 +200,8 @@ def _footprint(rows, cols, valid, env, cfg: tl.constexpr, DO0: tl.constexpr, DO1
         if DO1:
             acc1 += cy1[None, :, None] + cx1[None, None, :]
     if Z0:  # dense stencils from +0.0, as SciPy's N-D correlate sums them (the same bits as adding
-        # +0.0 last: only a sum of -0.0 terms changes); the merged taps of a sum of 1-D passes
-        # (laplace) and a selective blur's sums keep the terms' sum
+        # +0.0 last: only a sum of -0.0 terms changes; an empty one is +0.0); a selective
+        # blur's sums keep the terms' sum
         acc0 = acc0 + 0.0
         acc1 = acc1 + 0.0
     return acc0, acc1
@@ -575,6 +575,10 @@ def _fwd_kernel(
         tl.store(optr, _magnitude(acc0, acc1, acc1, K, F64).to(OT), mask=valid)
     elif EPI == 2:
         tl.store(optr, _atan2(acc0, acc1, F64).to(OT), mask=valid)
+    elif EPI == 8:  # sum: the terms added in order, each summed on its own (SciPy's ``output +=``)
+        if K == 2:
+            acc0 = acc0 + acc1
+        tl.store(optr, acc0.to(OT), mask=valid)
     elif EPI == 3 or EPI == 4 or EPI == 7:
         xv = tl.load(xp + rs[None, :, None] * x_sh + cs[None, None, :] * x_sw, mask=valid, other=0.0).to(ACC)
         w = _sel(xv, rs, cs, valid, env, cfg, True)

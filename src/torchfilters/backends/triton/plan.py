@@ -17,7 +17,8 @@ _MODES = {"reflect": 0, "mirror": 1, "nearest": 2, "wrap": 3, "constant": 4}
 # epilogues
 _STACK, _MAG, _DIR, _BLEND, _NORM = 0, 1, 2, 3, 4
 _U_MAG, _U_DIR, _U_NORM = 5, 6, 7  # forward variants that write u for the two-kernel backward
-_EPILOGUES = {"stack": _STACK, "magnitude": _MAG, "direction": _DIR, "sum": _STACK}  # sum: merged into one stencil
+_SUM = 8  # the two stencils' results added, each summed on its own (SciPy's terms, in order)
+_EPILOGUES = {"stack": _STACK, "magnitude": _MAG, "direction": _DIR, "sum": _SUM}
 
 
 #: taps up to which loops are unrolled
@@ -92,16 +93,6 @@ def _stencil_taps(st: Stencil, mode: str, cval: float):
         return taps, corr
     return None
 
-def _merge_taps(stencils):
-    """The one stencil ``sum_k stencil_k``: weights added per offset (an offset every stencil
-    gives 0 stays in the footprint, as a NaN under it spreads in each), corrections listed."""
-    taps, corr = {}, []
-    for t, c in stencils:
-        for k, w in t.items():
-            taps[k] = taps.get(k, 0.0) + w
-        corr += c
-    return taps, corr
-
 def _slots(n: int, lo: int, hi: int, mode: str):
     """Extra preimages along one axis, as slots ``(A, B, lo, hi, P)``.
 
@@ -150,9 +141,7 @@ def _table(t0: dict, t1: dict, shared: bool):
         a = sorted(k for k in t0 if k not in t1)
         b = sorted(k for k in t0 if k in t1)
         c = sorted(k for k in t1 if k not in t0)
-    offs = a + b + c
-    if not offs:  # no taps at all: one zero-weight tap keeps the kernels uniform
-        offs, a, t0 = [(0, 0)], [(0, 0)], {(0, 0): 0.0}
+    offs = a + b + c  # (none at all: an empty footprint sums to +0.0, as SciPy's, whatever the samples)
     return ([o[0] for o in offs], [o[1] for o in offs], [t0.get(o, 0.0) for o in offs],
             [t1.get(o, 0.0) for o in offs], len(a), len(b))
 
@@ -241,23 +230,21 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
         (ly, hy), (lx, hx) = spec.stencil.extent(-2), spec.stencil.extent(-1)
         ext = (ly, hy, lx, hx)
     else:
-        summed = spec.epilogue == "sum"
-        if (len(spec.stencils) > 2 and not summed) or (spec.epilogue == "direction" and len(spec.stencils) != 2):
+        if len(spec.stencils) > 2 or (spec.epilogue == "direction" and len(spec.stencils) != 2):
             return None
         mode, cval = spec.mode, spec.cval
         stencils = []
         # sep stencils run pass by pass in SciPy's order (``_sep_stencil``; constant mode exact
         # there: no correction terms); the footprint stays their adjoint's
-        sepf = all(st.kind == "sep" for st in spec.stencils) and not summed
+        # (a sum's terms too: each is its own stencil, added in the epilogue as SciPy adds them)
+        sepf = all(st.kind == "sep" for st in spec.stencils)
         # dense stencils (N-D correlate / convolve) sum from +0.0, as SciPy's ``correlate``
-        z0 = all(st.kind == "dense" for st in spec.stencils) and not summed
+        z0 = all(st.kind == "dense" for st in spec.stencils)
         for st in spec.stencils:
             lowered = _stencil_taps(st, mode, cval)
             if lowered is None:
                 return None
             stencils.append((lowered[0], []) if sepf else lowered)
-        if summed:  # a sum of linear stencils is one stencil: merged taps and corrections
-            stencils = [_merge_taps(stencils)]
         K, CH = len(stencils), 0
         ext = (0, 0, 0, 0)
     t0 = stencils[0][0]
@@ -280,11 +267,11 @@ def _lower(spec, H, W, NP, dtype, device, threshold):
     cx0 = [sum(c for k, d, c in corr_x if k == 0 and d == e) for e in cx]
     cx1 = [sum(c for k, d, c in corr_x if k == 1 and d == e) for e in cx]
 
-    lo_y, hi_y, lo_x, hi_x = min(dys), max(dys), min(dxs), max(dxs)
+    lo_y, hi_y, lo_x, hi_x = min(dys, default=0), max(dys, default=0), min(dxs, default=0), max(dxs, default=0)
 
     SINGLE = single_fold(H, -lo_y, hi_y, mode) and single_fold(W, -lo_x, hi_x, mode)
-    sy = _slots(H, min(dys2), max(dys2), mode)  # preimages of the adjoint footprint
-    sx = _slots(W, min(dxs2), max(dxs2), mode)
+    sy = _slots(H, min(dys2, default=0), max(dys2, default=0), mode)  # preimages of the adjoint footprint
+    sx = _slots(W, min(dxs2, default=0), max(dxs2, default=0), mode)
 
     fwd_tiles = _tiling(H, W, NP, _TILE["max_elems"])
     # (large unrolled adjoint footprints keep the forward's tile: registers)
