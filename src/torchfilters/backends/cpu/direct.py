@@ -481,8 +481,8 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
 @overload(_d3_row)
 def _ol_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, whole):
     """Row ``i`` outside the interior run: the whole row if it is the first or last (the row
-    fold) or ``whole`` (an interior row redone), and its column 0 / W-1 if ``c0`` / ``c1`` (the
-    column fold).  Returns the max of the magnitude's flags (``_d3_out``; and of exponents:
+    fold) or ``whole`` (an interior row redone, or one a ``FAR`` run leaves), and its column 0 /
+    W-1 if ``c0`` / ``c1`` (the column fold).  Returns the max of the magnitude's flags (``_d3_out``; and of exponents:
     ``_expo_all`` only where one is inf/NaN)."""
     if not _literal(F0, F1, EPI, K):
         return None
@@ -597,6 +597,11 @@ def _d3_kernel(FORMS, EPI, FK, STRM):
     G0 = F0 | SF  # the rows again, where their magnitude flagged a pixel
     G1 = F1 | SF
     CHB = _D3_STREAM_CHUNK * 64 + 64 if STRM else 0
+    # a FAR run loads every lane's fold neighbours (``x[p + fl]``, ``x[p + fr]``: up to W-1 columns
+    # away in its three rows, so up to two rows away) before selecting: its rows are 2 .. H-3, and
+    # rows 1 and H-2 go whole through the row code (else the loads of a plane's first and last
+    # run reach before / past the tensor: a fault where no masked loads hide them, as on AVX2)
+    FR = 1 if FK == FAR else 0
 
     @njit(**_JIT)
     def kernel(xa, oa, carrier, Da, Fa, Ta, La, it0, it1):
@@ -622,8 +627,8 @@ def _d3_kernel(FORMS, EPI, FK, STRM):
             p0 = (it // NB) * MP
             ra = (it % NB) * BR
             rb = min(H, ra + BR)
-            ia = max(ra, 1)  # interior rows ia .. ib
-            ib = min(rb, H - 1)
+            ia = max(ra, 1 + FR)  # interior rows ia .. ib
+            ib = min(rb, H - 1 - FR)
             xb = _poff(L, np.int64(R_X), p0)
             ob = _poff(L, np.int64(R_O), p0)
             xr = p0 % xn1
@@ -697,13 +702,14 @@ def _d3_kernel(FORMS, EPI, FK, STRM):
                         i, c1 = ia, False
                     else:
                         i, c0 = ib - 1, False
+                    full = whole or (FR == 1 and (i == 1 or i == H - 2))  # (FR: rows the run leaves)
                     # (only the magnitude redoes rows: the other kernels have one row variant, and
                     # the branch on the closure constant is pruned before typing -- compile time)
                     if not MAGK:
-                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, False)
+                        _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, full)
                     elif whole or _d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0,
-                                          c1, False) == eall:
-                        _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, whole)
+                                          c1, full) == eall:
+                        _d3_row(G0, G1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, full)
         if STRM:
             _fence()  # the non-temporal stores are visible to the thread that returns the output
         return F.size + Da.size + La.size + Ta.size + buf.size
