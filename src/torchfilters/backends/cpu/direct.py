@@ -597,11 +597,7 @@ def _d3_kernel(FORMS, EPI, FK, STRM):
     G0 = F0 | SF  # the rows again, where their magnitude flagged a pixel
     G1 = F1 | SF
     CHB = _D3_STREAM_CHUNK * 64 + 64 if STRM else 0
-    # a FAR run loads every lane's fold neighbours (``x[p + fl]``, ``x[p + fr]``: up to W-1 columns
-    # away in its three rows, so up to two rows away) before selecting: its rows are 2 .. H-3, and
-    # rows 1 and H-2 go whole through the row code (else the loads of a plane's first and last
-    # run reach before / past the tensor: a fault where no masked loads hide them, as on AVX2)
-    FR = 1 if FK == FAR else 0
+    FAR_K = FK == FAR
 
     @njit(**_JIT)
     def kernel(xa, oa, carrier, Da, Fa, Ta, La, it0, it1):
@@ -614,6 +610,12 @@ def _d3_kernel(FORMS, EPI, FK, STRM):
         fy0, fy1 = Da[D_FY0], Da[D_FY1]
         dl0 = Da[D_FX0]  # column 0's left neighbour (an offset from column 0)
         dr1 = Da[D_FX1] - (W - 1)  # column W-1's right neighbour
+        # a FAR run loads every lane's fold neighbours (``x[p + dl0]``, ``x[p + dr1]``: in wrap mode
+        # W-1 columns away in its three rows, so up to two rows away) before selecting: then its
+        # rows are 2 .. H-3, and rows 1 and H-2 go whole through the row code (else the loads of a
+        # plane's first and last run reach before / past the tensor: a fault where no masked loads
+        # hide them, as on AVX2)
+        FR = 1 if FAR_K and (dl0 > 1 or dr1 < -1) else 0
         N = La[L_N]
         xn1, xs1, on1, os1, osK = La[R_X], La[R_X + 2], La[R_O], La[R_O + 2], La[R_O + 3]
         L = _ptr(La.ctypes.data, La[0])
@@ -702,7 +704,7 @@ def _d3_kernel(FORMS, EPI, FK, STRM):
                         i, c1 = ia, False
                     else:
                         i, c0 = ib - 1, False
-                    full = whole or (FR == 1 and (i == 1 or i == H - 2))  # (FR: rows the run leaves)
+                    full = whole or (FR == 1 and (i == 1 or i == H - 2))  # (rows a FAR run leaves)
                     # (only the magnitude redoes rows: the other kernels have one row variant, and
                     # the branch on the closure constant is pruned before typing -- compile time)
                     if not MAGK:
