@@ -398,47 +398,24 @@ def test_top_level_empty_cache():
     assert tf.empty_cache() == 0
 
 
-_GUARD_PAGES = """
-import sys
-sys.path[:0] = {paths!r}
-import test_cpu_direct
-test_cpu_direct._reads_inside_the_input()
-print("ok")
-"""
-
-
 @pytest.mark.skipif(__import__("sys").platform != "linux", reason="guard pages via libc mmap/mprotect")
 def test_no_reads_outside_the_input():
     """Input planes between PROT_NONE pages: a read one element before or after the tensor
-    crashes the process (a regression: the flat run once read x[-1] and x[H*W]).  Runs in a
+    crashes the process (a regression: the flat run once read x[-1] and x[H*W]; a wrap-mode run
+    loaded its fold neighbours up to two rows outside, which faults on AVX2 hosts).  Runs in a
     subprocess, so that a crash fails this test instead of killing pytest."""
-    import os
-    import subprocess
-    import sys
+    from _guard import run_in_subprocess
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    paths = [here, os.path.join(here, "..", "src")]
-    run = subprocess.run([sys.executable, "-c", _GUARD_PAGES.format(paths=paths)], capture_output=True, text=True,
-                         timeout=600)
-    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), (run.returncode, run.stderr[-2000:])
+    run_in_subprocess("test_cpu_direct", "_reads_inside_the_input")
 
 
 def _reads_inside_the_input():
-    import ctypes
     import mmap
 
-    libc = ctypes.CDLL(None)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    pg = mmap.PAGESIZE
-    n = 2 * pg  # two pages of data between two guard pages
-    base = libc.mmap(None, n + 2 * pg, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
-    assert base not in (None, ctypes.c_void_p(-1).value)
-    try:
-        assert libc.mprotect(base, pg, 0) == 0 and libc.mprotect(base + pg + n, pg, 0) == 0
-        data = torch.frombuffer((ctypes.c_char * n).from_address(base + pg), dtype=torch.uint8)
+    from _guard import guarded
+
+    n = 2 * mmap.PAGESIZE  # two pages of data between two guard pages
+    with guarded(n) as data:
         for dt in (torch.float32, torch.float64):
             flat = data.view(dt)
             m = flat.numel()
@@ -452,8 +429,6 @@ def _reads_inside_the_input():
                         torch.testing.assert_close(y, want)
                         tf.derivative(x, -1, operator=op, mode=mode)
                         tf.derivative(x, -2, operator=op, mode=mode)
-    finally:
-        libc.munmap(base, n + 2 * pg)
 
 
 def test_large_finite_values_do_not_become_nan():
