@@ -29,7 +29,7 @@ from numba.extending import intrinsic
 
 from .prims import _JIT, _cvt, _ptr
 from .separable import R, _VL, _fold1, _lanes, _vblock
-from .simd import VBYTES, Vec, _check_ptr, _esize, _lane_mask, _masked, _vld, _vptr, _vsplat, _vst
+from .simd import CHEAP_MASKS, VBYTES, Vec, _check_ptr, _esize, _lane_mask, _masked, _vld, _vptr, _vsplat, _vst
 from .tables import L_N, R_O, R_X, _poff
 
 __all__ = ["stack_ok", "stack_plan", "_k_stack"]
@@ -154,17 +154,45 @@ def _make_transpose(to_planes):
             def vec(base, i, c):  # the buffer's vector c
                 return _vptr(builder, base, builder.add(i, ir.Constant(i.type, c * k)), vt)
 
+            # (without AVX-512 a masked access is ``vmaskmov``, slow to store on AMD's Zen 2 / 3:
+            # there a plane whose every lane is wanted takes a plain load / store)
+            whole = None if CHEAP_MASKS else builder.icmp_signed(">=", nn, ir.Constant(nn.type, k))
+
+            def plain(p):  # plane p wants every lane
+                return builder.and_(whole, builder.icmp_signed("<", ir.Constant(np_.type, p), np_))
+
             if to_planes:
                 vecs = [builder.load(vec(sp, ss0, c), align=_esize(vt)) for c in range(k)]
             else:
                 load = _masked(builder, vt, "load")
-                vecs = [builder.call(load, [*_plane_io(builder, vt, sp, op, ss0, p, lm, np_), ir.Constant(vt, None)])
-                        for p in range(k)]
+                vecs = []
+                for p in range(k):
+                    ptr, al, m = _plane_io(builder, vt, sp, op, ss0, p, lm, np_)
+                    if CHEAP_MASKS:
+                        vecs.append(builder.call(load, [ptr, al, m, ir.Constant(vt, None)]))
+                        continue
+                    with builder.if_else(plain(p), likely=True) as (then, other):
+                        with then:
+                            a, ba = builder.load(ptr, align=_esize(vt)), builder.basic_block
+                        with other:
+                            b, bb = builder.call(load, [ptr, al, m, ir.Constant(vt, None)]), builder.basic_block
+                    v = builder.phi(vt)
+                    v.add_incoming(a, ba)
+                    v.add_incoming(b, bb)
+                    vecs.append(v)
             vecs = _transpose(builder, vecs)
             if to_planes:
                 store = _masked(builder, vt, "store")
                 for p, v in enumerate(vecs):
-                    builder.call(store, [v, *_plane_io(builder, vt, dp, op, dd0, p, lm, np_)])
+                    ptr, al, m = _plane_io(builder, vt, dp, op, dd0, p, lm, np_)
+                    if CHEAP_MASKS:
+                        builder.call(store, [v, ptr, al, m])
+                        continue
+                    with builder.if_else(plain(p), likely=True) as (then, other):
+                        with then:
+                            builder.store(v, ptr, align=_esize(vt))
+                        with other:
+                            builder.call(store, [v, ptr, al, m])
             else:
                 for c, v in enumerate(vecs):
                     builder.store(v, vec(dp, dd0, c), align=_esize(vt))
