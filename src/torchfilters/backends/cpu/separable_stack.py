@@ -29,7 +29,8 @@ from numba.extending import intrinsic
 
 from .prims import _JIT, _cvt, _ptr
 from .separable import R, _VL, _fold1, _lanes, _vblock
-from .simd import CHEAP_MASKS, VBYTES, Vec, _check_ptr, _esize, _lane_mask, _masked, _vld, _vptr, _vsplat, _vst
+from .simd import (VBYTES, Vec, _check_ptr, _esize, _lane_mask, _load_masked, _store_masked, _vld, _vptr, _vsplat,
+                   _vst)
 from .tables import L_N, R_O, R_X, _poff
 
 __all__ = ["stack_ok", "stack_plan", "_k_stack"]
@@ -123,10 +124,9 @@ def _vtype(context, ptr_type):
 
 def _plane_io(builder, vt, base, offs, d, p, lm, npl):
     """Plane ``p``'s vector pointer ``base + offs[p] + d`` and its lane mask (``lm`` where
-    ``p < npl``), with the element size as LLVM's alignment argument."""
+    ``p < npl``)."""
     off = builder.load(builder.gep(offs, [ir.Constant(ir.IntType(64), p)]))
-    return (_vptr(builder, base, builder.add(off, d), vt), ir.Constant(ir.IntType(32), _esize(vt)),
-            _plane_mask(builder, lm, p, npl))
+    return _vptr(builder, base, builder.add(off, d), vt), _plane_mask(builder, lm, p, npl)
 
 
 def _make_transpose(to_planes):
@@ -154,45 +154,24 @@ def _make_transpose(to_planes):
             def vec(base, i, c):  # the buffer's vector c
                 return _vptr(builder, base, builder.add(i, ir.Constant(i.type, c * k)), vt)
 
-            # (without AVX-512 a masked access is ``vmaskmov``, slow to store on AMD's Zen 2 / 3:
-            # there a plane whose every lane is wanted takes a plain load / store)
-            whole = None if CHEAP_MASKS else builder.icmp_signed(">=", nn, ir.Constant(nn.type, k))
+            # (a plane whose every lane is wanted takes a plain access where masks are slow)
+            whole = builder.icmp_signed(">=", nn, ir.Constant(nn.type, k))
 
             def plain(p):  # plane p wants every lane
-                return builder.and_(whole, builder.icmp_signed("<", ir.Constant(np_.type, p), np_))
+                return lambda: builder.and_(whole, builder.icmp_signed("<", ir.Constant(np_.type, p), np_))
 
             if to_planes:
                 vecs = [builder.load(vec(sp, ss0, c), align=_esize(vt)) for c in range(k)]
             else:
-                load = _masked(builder, vt, "load")
                 vecs = []
                 for p in range(k):
-                    ptr, al, m = _plane_io(builder, vt, sp, op, ss0, p, lm, np_)
-                    if CHEAP_MASKS:
-                        vecs.append(builder.call(load, [ptr, al, m, ir.Constant(vt, None)]))
-                        continue
-                    with builder.if_else(plain(p), likely=True) as (then, other):
-                        with then:
-                            a, ba = builder.load(ptr, align=_esize(vt)), builder.basic_block
-                        with other:
-                            b, bb = builder.call(load, [ptr, al, m, ir.Constant(vt, None)]), builder.basic_block
-                    v = builder.phi(vt)
-                    v.add_incoming(a, ba)
-                    v.add_incoming(b, bb)
-                    vecs.append(v)
+                    ptr, m = _plane_io(builder, vt, sp, op, ss0, p, lm, np_)
+                    vecs.append(_load_masked(builder, ptr, vt, m, plain(p)))
             vecs = _transpose(builder, vecs)
             if to_planes:
-                store = _masked(builder, vt, "store")
                 for p, v in enumerate(vecs):
-                    ptr, al, m = _plane_io(builder, vt, dp, op, dd0, p, lm, np_)
-                    if CHEAP_MASKS:
-                        builder.call(store, [v, ptr, al, m])
-                        continue
-                    with builder.if_else(plain(p), likely=True) as (then, other):
-                        with then:
-                            builder.store(v, ptr, align=_esize(vt))
-                        with other:
-                            builder.call(store, [v, ptr, al, m])
+                    ptr, m = _plane_io(builder, vt, dp, op, dd0, p, lm, np_)
+                    _store_masked(builder, v, ptr, m, plain(p))
             else:
                 for c, v in enumerate(vecs):
                     builder.store(v, vec(dp, dd0, c), align=_esize(vt))

@@ -13,8 +13,9 @@ never crosses machines with a different width.
 
 Operations: ``_vld`` / ``_vst`` (unaligned load/store), ``_vstnt`` (a non-temporal line store),
 ``_vldm`` / ``_vstm`` (the first ``n``
-lanes, masked: tails never touch memory past them; without AVX-512, a plain access where ``n``
-covers every lane: ``CHEAP_MASKS``), ``_vsplat`` (broadcast ``p[i]``),
+lanes, masked: tails never touch memory past them), built on ``_load_masked`` /
+``_store_masked`` (any lane mask; without AVX-512, a plain access where every lane is wanted:
+``CHEAP_MASKS``), ``_vsplat`` (broadcast ``p[i]``),
 ``_vadd``, ``_vmul``, ``_vfma`` (``a*b + c`` through ``llvm.fmuladd``: one rounding where the
 host has FMA, as every AVX2 and AVX-512 machine does), ``_vnz`` (``-0.0``), ``_vrev`` (lanes reversed),
 ``_vwts`` (a block of broadcast weights), ``_vmaxabs`` / ``_vmagodd`` / ``_vmagbad`` (the
@@ -115,6 +116,51 @@ def _masked(builder, vt, name):
     return cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.{name}.{_sfx(vt)}.p0")
 
 
+def _get(x):
+    return x() if callable(x) else x
+
+
+def _load_masked(builder, ptr, vt, mask, whole):
+    """``vt`` at ``ptr`` in the lanes ``mask`` sets, 0 in the others, whose memory is not read.
+
+    ``mask`` is a ``<lanes x i1>`` and ``whole`` an ``i1`` saying that every lane is wanted;
+    either may be a function that builds it. Without AVX-512 (``CHEAP_MASKS`` false) a masked
+    access is ``vmaskmov``, slow on AMD's Zen 2 / 3, so there a ``whole`` access is a plain load
+    and only the other branch is masked.
+    """
+    def masked():
+        return builder.call(_masked(builder, vt, "load"),
+                            [ptr, ir.Constant(ir.IntType(32), _esize(vt)), _get(mask), ir.Constant(vt, None)])
+
+    if CHEAP_MASKS:
+        return masked()
+    with builder.if_else(_get(whole), likely=True) as (then, other):
+        with then:
+            a, ba = builder.load(ptr, align=_esize(vt)), builder.basic_block
+        with other:
+            b, bb = masked(), builder.basic_block
+    v = builder.phi(vt)
+    v.add_incoming(a, ba)
+    v.add_incoming(b, bb)
+    return v
+
+
+def _store_masked(builder, v, ptr, mask, whole):
+    """Store ``v`` at ``ptr`` in the lanes ``mask`` sets (memory under the others is not
+    written); ``mask`` and ``whole`` as for :func:`_load_masked`."""
+    def masked():
+        builder.call(_masked(builder, v.type, "store"), [v, ptr, ir.Constant(ir.IntType(32), _esize(v.type)), _get(mask)])
+
+    if CHEAP_MASKS:
+        masked()
+        return
+    with builder.if_else(_get(whole), likely=True) as (then, other):
+        with then:
+            builder.store(v, ptr, align=_esize(v.type))
+        with other:
+            masked()
+
+
 def _fmuladd(builder, a, b, c):
     vt = a.type
     fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]), f"llvm.fmuladd.{_sfx(vt)}")
@@ -147,24 +193,9 @@ def _vldm(typingctx, p, i, n):
 
     def codegen(context, builder, sig, args):
         vt = context.get_value_type(VT)
-        ptr = _vptr(builder, args[0], args[1], vt)
-
-        def masked():
-            m = _lane_mask(builder, args[2], vt.count)
-            return builder.call(_masked(builder, vt, "load"), [ptr, ir.Constant(ir.IntType(32), _esize(vt)), m,
-                                                               ir.Constant(vt, None)])
-
-        if CHEAP_MASKS:
-            return masked()
-        with builder.if_else(_all_lanes(builder, args[2], vt), likely=True) as (whole, tail):
-            with whole:
-                a, ba = builder.load(ptr, align=_esize(vt)), builder.basic_block
-            with tail:
-                b, bb = masked(), builder.basic_block
-        v = builder.phi(vt)
-        v.add_incoming(a, ba)
-        v.add_incoming(b, bb)
-        return v
+        n = args[2]
+        return _load_masked(builder, _vptr(builder, args[0], args[1], vt), vt,
+                            lambda: _lane_mask(builder, n, vt.count), lambda: _all_lanes(builder, n, vt))
 
     return VT(p, i, n), codegen
 
@@ -205,20 +236,9 @@ def _vstm(typingctx, p, i, v, n):
 
     def codegen(context, builder, sig, args):
         vt = args[2].type
-        ptr = _vptr(builder, args[0], args[1], vt)
-
-        def masked():
-            m = _lane_mask(builder, args[3], vt.count)
-            builder.call(_masked(builder, vt, "store"), [args[2], ptr, ir.Constant(ir.IntType(32), _esize(vt)), m])
-
-        if CHEAP_MASKS:
-            masked()
-        else:
-            with builder.if_else(_all_lanes(builder, args[3], vt), likely=True) as (whole, tail):
-                with whole:
-                    builder.store(args[2], ptr, align=_esize(vt))
-                with tail:
-                    masked()
+        n = args[3]
+        _store_masked(builder, args[2], _vptr(builder, args[0], args[1], vt),
+                      lambda: _lane_mask(builder, n, vt.count), lambda: _all_lanes(builder, n, vt))
         return context.get_dummy_value()
 
     return types.void(p, i, v, n), codegen
