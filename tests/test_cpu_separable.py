@@ -574,3 +574,52 @@ def test_gaussian_laplace_layouts_out_and_low_precision(launches):
         assert yh.dtype == dt
         assert_close(yh, _sp_laplace(x.to(dt), 1.7, mode="mirror"), rtol=1e-2)
     assert launches and not any(fn is separable._k_sep for fn in launches)
+
+
+
+_OTHER_WINDOWS = """
+import sys
+import torch
+import torchfilters as tf
+from torchfilters.backends.cpu import simd
+
+simd.SPLIT_HALVES = not simd.SPLIT_HALVES  # before the first compile: the host's other choice
+torch.save(_cases(tf)[0], sys.argv[1])
+"""
+
+
+def _left_window_cases(tf):
+    g = torch.Generator().manual_seed(5)
+    xs, out = [], []
+    for dtype, sigma in ((torch.float32, 3.5), (torch.float64, 2.0)):  # radii 14 / 8: several tap blocks
+        for shape in ((3, 37, 53), (2, 9, 21)):
+            x = torch.randn(shape, generator=g).to(dtype)
+            for mode in ("reflect", "wrap", "constant"):
+                xs.append((x, sigma, mode))
+                out.append(tf.gaussian_filter(x, sigma, mode=mode, cval=0.25, backend="cpu"))
+    return out, xs
+
+
+def test_left_windows_by_loads_or_by_shuffles_give_the_same_bits(tmp_path):
+    # ``simd.SPLIT_HALVES`` (from the host) picks how ``_vtaps2`` takes the left windows of the
+    # horizontal pass; the other choice, compiled in a fresh process with an empty cache, sums the
+    # same samples in the same order
+    import inspect
+    import os
+    import subprocess
+    import sys
+
+    code = inspect.getsource(_left_window_cases).replace("_left_window_cases", "_cases") + _OTHER_WINDOWS
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), TORCHFILTERS_COMPILE="wait")
+    path = tmp_path / "other.pt"
+    r = subprocess.run([sys.executable, "-c", "import torch\n" + code, str(path)], capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    other = torch.load(path)
+    mine, xs = _left_window_cases(tf)
+    assert len(other) == len(mine) == 12
+    for a, b, (x, sigma, mode) in zip(mine, other, xs):
+        assert torch.equal(float_bits(a), float_bits(b)), (x.dtype, x.shape, mode)
+        if x.dtype == torch.float64:  # and both are SciPy's
+            assert torch.equal(float_bits(a), float_bits(torch.from_numpy(sp_gaussian_filter(x, sigma, mode=mode,
+                                                                                             cval=0.25))))

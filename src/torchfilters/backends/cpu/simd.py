@@ -45,12 +45,28 @@ def _vector_bytes() -> int:
     return 16
 
 
+def _host_cpu() -> str:
+    try:
+        import llvmlite.binding as ll
+
+        return ll.get_host_cpu_name()
+    except Exception:  # pragma: no cover
+        return ""
+
+
 VBYTES = _vector_bytes()
 #: whether masked loads and stores cost what plain ones do (AVX-512's mask registers).  Without
-#: AVX-512 they are ``vmaskmov``: a store of it is microcoded on AMD's Zen 2 / 3 (the 3-D Sobel
-#: ran 2x slower through it on every vector): there ``_vldm`` / ``_vstm`` take a plain load or
-#: store where all lanes are wanted, and mask only a tail
+#: AVX-512 they are ``vmaskmov``, whose store is microcoded on AMD's Zen cores (the 3-D Sobel
+#: ran 2x slower through it on every vector of a Zen 1 host): there ``_vldm`` / ``_vstm`` take a
+#: plain load or store where all lanes are wanted, and mask only a tail
 CHEAP_MASKS = VBYTES == 64
+#: whether the host's vector units are 128 bits wide, splitting each 256-bit operation in two
+#: (AMD's Zen 1, and its Bulldozer and Jaguar forerunners): a shuffle across the halves of a
+#: vector is several micro-ops there, so ``_vtaps2`` takes its left windows by unaligned loads
+#: rather than by shuffles of the vectors it holds (Gaussian passes 8-15% faster on a Zen 1
+#: host: benchmarks/RESULTS-cpu.md).  Read when a kernel compiles; numba's disk cache keys on
+#: the host CPU, so a cache never carries one choice to a host that wants the other.
+SPLIT_HALVES = VBYTES == 32 and _host_cpu() in ("znver1", "bdver1", "bdver2", "bdver3", "bdver4", "btver2")
 
 
 def lanes(dtype) -> int:
@@ -371,7 +387,9 @@ def _vtaps2(typingctx, a0, a1, b0, b1, A, B, C, s, q, WT, k0, r):
     ``A, B, C`` are the vectors at ``s[q - k0 - lanes]``, ``s[q - k0]`` and ``s[q - k0 + lanes]``:
     each left window ``s[j-k ..]`` is a constant shuffle of two of them (no unaligned load);
     the right windows are loads.  Shuffles and loads use different execution ports, so
-    splitting the taps between them roughly halves the cost of the pass.  The taps are
+    splitting the taps between them roughly halves the cost of the pass -- except where
+    256-bit vectors run as two halves (``SPLIT_HALVES``): there the left windows are loads
+    too (the same sums, the same bits).  The taps are
     unrolled (the shuffle masks must be constants) in blocks entered by a ``switch`` at the
     first tap ``k <= r`` (falling through to the last): the tap count stays a run-time value."""
     _check_ptr(s)
@@ -404,9 +422,14 @@ def _vtaps2(typingctx, a0, a1, b0, b1, A, B, C, s, q, WT, k0, r):
             k = builder.add(kk0, ir.Constant(it, t))
             wk = builder.extract_value(wt, t - 1)
             mask = ir.Constant(i32v, list(range(n - t, 2 * n - t)))
-            l0 = builder.shuffle_vector(va, vb, mask)
-            l1 = builder.shuffle_vector(vb, vc, mask)
             qk = builder.add(qq, k)
+            if SPLIT_HALVES:
+                ql = builder.sub(qq, k)
+                l0 = builder.load(_vptr(builder, sp, ql, vt), align=_esize(vt))
+                l1 = builder.load(_vptr(builder, sp, builder.add(ql, ir.Constant(ql.type, n)), vt), align=_esize(vt))
+            else:
+                l0 = builder.shuffle_vector(va, vb, mask)
+                l1 = builder.shuffle_vector(vb, vc, mask)
             r0 = builder.load(_vptr(builder, sp, qk, vt), align=_esize(vt))
             r1 = builder.load(_vptr(builder, sp, builder.add(qk, ir.Constant(qk.type, n)), vt), align=_esize(vt))
             na = builder.fadd(pa, builder.fmul(builder.fadd(l0, r0), wk))
