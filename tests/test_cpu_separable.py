@@ -597,13 +597,18 @@ def _left_window_cases(tf):
             for mode in ("reflect", "wrap", "constant"):
                 xs.append((x, sigma, mode))
                 out.append(tf.gaussian_filter(x, sigma, mode=mode, cval=0.25, backend="cpu"))
+    for shape in ((1, 6, 5, 27), (2, 3, 4, 8)):  # the 3-D Sobel's x-passes: ``_vleft`` / ``_vright``
+        x = torch.randn(shape, generator=g)
+        for mode in ("reflect", "wrap"):
+            out.append(tf.gradient(x, operator="sobel", axes=(-3, -2, -1), mode=mode, backend="cpu"))
+            out.append(tf.gradient_magnitude(x, operator="sobel", axes=(-3, -2, -1), mode=mode, backend="cpu"))
     return out, xs
 
 
-def test_left_windows_by_loads_or_by_shuffles_give_the_same_bits(tmp_path):
+def test_the_hosts_other_shuffle_choice_gives_the_same_bits(tmp_path):
     # ``simd.SPLIT_HALVES`` (from the host) picks how ``_vtaps2`` takes the left windows of the
-    # horizontal pass; the other choice, compiled in a fresh process with an empty cache, sums the
-    # same samples in the same order
+    # horizontal pass and how ``_vleft`` / ``_vright`` shift lanes; the other choice, compiled in a
+    # fresh process with an empty cache, sums the same samples in the same order
     import inspect
     import os
     import subprocess
@@ -617,7 +622,9 @@ def test_left_windows_by_loads_or_by_shuffles_give_the_same_bits(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     other = torch.load(path)
     mine, xs = _left_window_cases(tf)
-    assert len(other) == len(mine) == 12
+    assert len(other) == len(mine) == 20
+    for a, b in zip(mine[12:], other[12:]):
+        assert torch.equal(float_bits(a), float_bits(b))
     for a, b, (x, sigma, mode) in zip(mine, other, xs):
         assert torch.equal(float_bits(a), float_bits(b)), (x.dtype, x.shape, mode)
         if x.dtype == torch.float64:  # and both are SciPy's
