@@ -45,13 +45,14 @@ def _vector_bytes() -> int:
     return 16
 
 
-def _host_cpu() -> str:
+def _host_cpu() -> tuple[str, bool]:
+    """The host CPU's name as LLVM knows it, and whether it has AVX2."""
     try:
         import llvmlite.binding as ll
 
-        return ll.get_host_cpu_name()
+        return ll.get_host_cpu_name(), bool(ll.get_host_cpu_features().get("avx2"))
     except Exception:  # pragma: no cover
-        return ""
+        return "", False
 
 
 VBYTES = _vector_bytes()
@@ -61,17 +62,15 @@ VBYTES = _vector_bytes()
 #: plain load or store where all lanes are wanted, and mask only a tail
 CHEAP_MASKS = VBYTES == 64
 #: whether the host's vector units are 128 bits wide, splitting each 256-bit operation in two
-#: (AMD's Zen 1, and its Bulldozer and Jaguar forerunners): a shuffle across the halves of a
+#: (AMD's Zen 1 and its Bulldozer forerunners): a shuffle across the halves of a
 #: vector is several micro-ops there, so ``_vtaps2`` takes its left windows by unaligned loads
 #: rather than by shuffles of the vectors it holds (Gaussian passes 8-15% faster on a Zen 1
 #: host), and ``_vleft`` / ``_vright`` go through ``_shift_across`` (the 3-D Sobel 11% faster:
 #: benchmarks/RESULTS-cpu.md).  Read when a kernel compiles; numba's disk cache keys on
 #: the host CPU, so a cache never carries one choice to a host that wants the other.
-SPLIT_HALVES = VBYTES == 32 and _host_cpu() in ("znver1", "bdver1", "bdver2", "bdver3", "bdver4", "btver2")
-if SPLIT_HALVES:  # (``_shift_across`` is inline assembly, which LLVM parses when it emits code)
-    import llvmlite.binding as _ll
-
-    _ll.initialize_native_asmparser()
+#: (AVX2 for ``_shift_across``'s ``vpalignr``: the AVX-only Bulldozers and Jaguar keep the shuffles)
+_CPU, _AVX2 = _host_cpu()
+SPLIT_HALVES = VBYTES == 32 and _AVX2 and _CPU in ("znver1", "bdver4")
 
 
 def lanes(dtype) -> int:
@@ -340,9 +339,12 @@ def _vrev(typingctx, a):
 
 def _shift_across(builder, a, b, left):
     """``_vleft(a, b)`` (``left``) or ``_vright(a, b)`` of two 256-bit vectors where the host
-    splits them into 128-bit halves (``SPLIT_HALVES``).  LLVM lowers those shuffles through
+    splits them into 128-bit halves (``SPLIT_HALVES``; AVX2).  LLVM lowers those shuffles through
     ``vperm2f128`` (8 micro-ops on Zen 1); the pair ``[a.hi, b.lo]`` built by an extract and an
     insert (3), then one in-lane ``vpalignr``, gives the same lanes."""
+    import llvmlite.binding as ll
+
+    ll.initialize_native_asmparser()  # (inline assembly: LLVM parses it when it emits code)
     vt = a.type
     imm = _esize(vt) * (vt.count // 2 - 1) if left else _esize(vt)  # bytes: one element off the halves' ends
     # AT&T operand order; $0 the result (early clobber: written before the inputs are all read)
@@ -358,7 +360,7 @@ def _vleft(typingctx, a, b):
 
     def codegen(context, builder, sig, args):
         n = args[0].type.count
-        if SPLIT_HALVES:
+        if SPLIT_HALVES and _AVX2 and n * _esize(args[0].type) == 32:
             return _shift_across(builder, args[0], args[1], left=True)
         return builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(ir.IntType(32), n),
                                                                     list(range(n - 1, 2 * n - 1))))
@@ -373,7 +375,7 @@ def _vright(typingctx, b, c):
 
     def codegen(context, builder, sig, args):
         n = args[0].type.count
-        if SPLIT_HALVES:
+        if SPLIT_HALVES and _AVX2 and n * _esize(args[0].type) == 32:
             return _shift_across(builder, args[0], args[1], left=False)
         return builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(ir.IntType(32), n),
                                                                     list(range(1, n + 1))))
