@@ -188,6 +188,31 @@ def test_layouts(engine):
                        tf.canny(t.contiguous(), backend=engine, sigma=0.8))
 
 
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_out(engine):
+    x = torch.from_numpy(np.random.default_rng(8).random((2, 3, 24, 31)))
+    want = tf.canny(x, backend=engine, sigma=0.8)
+    assert want.any() and not want.all()
+    out = torch.ones(2, 3, 31, 24, dtype=torch.bool).transpose(-1, -2)  # any strides
+    assert tf.canny(x, backend=engine, sigma=0.8, out=out) is out
+    assert torch.equal(out, want)
+    # out may be the mask it reads (the edges are found first)
+    mask = torch.rand(2, 3, 24, 31, generator=torch.Generator().manual_seed(1)) > 0.2
+    want = tf.canny(x, backend=engine, sigma=0.8, mask=mask.clone())
+    assert tf.canny(x, backend=engine, sigma=0.8, mask=mask, out=mask) is mask
+    assert torch.equal(mask, want)
+    empty = torch.ones(0, 5, 5, dtype=torch.bool)
+    assert tf.canny(torch.zeros(0, 5, 5), backend=engine, out=empty) is empty
+    with pytest.raises(TypeError, match="out has dtype"):
+        tf.canny(x, backend=engine, out=torch.zeros(x.shape))
+    with pytest.raises(ValueError, match="out has shape"):
+        tf.canny(x, backend=engine, out=torch.zeros(2, 3, 24, 30, dtype=torch.bool))
+    with pytest.raises(TypeError, match="out must be a torch.Tensor"):
+        tf.canny(x, backend=engine, out=np.zeros(x.shape, dtype=bool))
+    with pytest.raises(ValueError, match="overlapping"):
+        tf.canny(x, backend=engine, out=torch.zeros(1, 3, 24, 31, dtype=torch.bool).expand(2, 3, 24, 31))
+
 def test_engines_agree():
     g = np.random.default_rng(6)
     x = torch.from_numpy(g.random((3, 2, 50, 45)))

@@ -41,7 +41,7 @@ NAMES = sorted(PUBLIC)
 
 
 #: public ops that are not filters of an image into an image of its dtype, each with its own tests:
-#: ``canny`` is a detector (a bool map per (H, W) slice, no ``axes`` or ``out``; tests/test_canny.py)
+#: ``canny`` is a detector (a bool map per (H, W) slice, no ``axes``, a bool ``out``; tests/test_canny.py)
 NOT_FILTERS = {"canny"}
 
 

@@ -16,6 +16,7 @@ from .._validate import (
     check_cval,
     check_dense,
     check_input,
+    check_out,
     check_real,
     type_name,
 )
@@ -115,6 +116,7 @@ def canny(
     use_quantiles: bool = False,
     mode: str = "constant",
     cval: float = 0.0,
+    out: Tensor | None = None,
     backend: str | None = None,
 ) -> Tensor:
     """Canny edge detector: a bool edge map per ``(H, W)`` slice, as ``skimage.feature.canny``.
@@ -159,20 +161,26 @@ def canny(
             :func:`torchfilters.gaussian_filter`), one for both axes.  Default
             ``'constant'`` (scikit-image's), which also divides by the Gaussian of ones.
         %(cval)s
+        out: optional bool tensor of ``input``'s shape, on its device (any
+            strides, dense, without overlapping itself) to write the edge map
+            into, and return; it may be ``mask`` itself (the edges are found
+            first).  ``input`` is never modified.  Default None (a fresh tensor).
         %(backend)s
 
     Returns:
-        A bool tensor shaped ``(..., H, W)`` on ``input``'s device: True on edges.
+        A bool tensor shaped ``(..., H, W)`` on ``input``'s device: True on edges
+        (``out`` when given).
 
     Raises:
         TypeError: ``input`` not a tensor, of dtype bool, complex or float8, or
             not dense; a threshold, ``sigma`` or ``cval`` not a real number;
             ``use_quantiles`` not a bool; ``mode`` not a str; ``mask`` not a
-            tensor.
+            tensor; ``out`` not a tensor, or not of dtype bool.
         ValueError: ``input`` of fewer than 2 dimensions or of dtype int64 or
             uint64; quantile thresholds outside ``[0, 1]``; ``high_threshold <
             low_threshold``; a bad ``sigma``; an unknown ``mode`` or ``backend``;
-            a ``mask`` that does not broadcast to ``input`` or on another device.
+            a ``mask`` that does not broadcast to ``input`` or on another device;
+            ``out`` of another shape or device, or overlapping itself.
         BackendUnavailableError: the engine ``backend`` forces cannot run the call.
 
     scikit-image: on each ``(H, W)`` slice ``x``, the same as
@@ -219,6 +227,13 @@ def canny(
         except RuntimeError:
             raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to input's "
                              f"{tuple(x.shape)}") from None
+    shape = x.shape
+    check_out(out, shape, torch.bool, x.device)
+    edges = _edges(x, mask, sigma, low, high, uq, mode, cval, backend)
+    return edges if out is None else out.copy_(edges)
+
+
+def _edges(x, mask, sigma, low, high, uq, mode, cval, backend):
     shape = x.shape
     H, W = shape[-2], shape[-1]
     xf = _to_float(x)
