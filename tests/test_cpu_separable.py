@@ -597,8 +597,8 @@ def _left_window_cases(tf):
             for mode in ("reflect", "wrap", "constant"):
                 xs.append((x, sigma, mode))
                 out.append(tf.gaussian_filter(x, sigma, mode=mode, cval=0.25, backend="cpu"))
-    for shape in ((1, 6, 5, 27), (2, 3, 4, 8)):  # the 3-D Sobel's x-passes: ``_vleft`` / ``_vright``
-        x = torch.randn(shape, generator=g)
+    for shape, dtype in (((1, 6, 5, 27), torch.float32), ((2, 3, 4, 8), torch.float32), ((1, 4, 3, 13), torch.float64)):
+        x = torch.randn(shape, generator=g).to(dtype)  # the 3-D Sobel's x-passes: ``_vleft`` / ``_vright``
         for mode in ("reflect", "wrap"):
             out.append(tf.gradient(x, operator="sobel", axes=(-3, -2, -1), mode=mode, backend="cpu"))
             out.append(tf.gradient_magnitude(x, operator="sobel", axes=(-3, -2, -1), mode=mode, backend="cpu"))
@@ -622,7 +622,7 @@ def test_the_hosts_other_shuffle_choice_gives_the_same_bits(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     other = torch.load(path)
     mine, xs = _left_window_cases(tf)
-    assert len(other) == len(mine) == 20
+    assert len(other) == len(mine) == 24
     for a, b in zip(mine[12:], other[12:]):
         assert torch.equal(float_bits(a), float_bits(b))
     for a, b, (x, sigma, mode) in zip(mine, other, xs):
@@ -630,3 +630,38 @@ def test_the_hosts_other_shuffle_choice_gives_the_same_bits(tmp_path):
         if x.dtype == torch.float64:  # and both are SciPy's
             assert torch.equal(float_bits(a), float_bits(torch.from_numpy(sp_gaussian_filter(x, sigma, mode=mode,
                                                                                              cval=0.25))))
+
+
+_V2 = """
+import sys
+import torch
+import torchfilters as tf
+from torchfilters.backends.cpu import simd
+
+assert simd.VBYTES == 16 and not simd.SPLIT_HALVES, (simd._CPU, simd.VBYTES)
+x = torch.load(sys.argv[1])
+torch.save([tf.gradient_magnitude(x, operator="sobel", axes=(-3, -2, -1), mode="wrap", backend="cpu"),
+            tf.gaussian_filter(x, 2.0, backend="cpu")], sys.argv[2])
+"""
+
+
+def test_kernels_follow_numbas_target_cpu_not_the_host(tmp_path):
+    # a cache built for other machines (``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``): no
+    # instruction the target lacks -- the lane shifts' AVX2 assembly ended the process with an
+    # LLVM error on an SSE-only target, and would have been a SIGILL on an AVX-only one
+    import os
+    import subprocess
+    import sys
+
+    x = torch.randn(1, 6, 5, 19, generator=torch.Generator().manual_seed(2))
+    torch.save(x, tmp_path / "x.pt")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), TORCHFILTERS_COMPILE="wait",
+               NUMBA_CPU_NAME="x86-64-v2",
+               NUMBA_CPU_FEATURES="+sse,+sse2,+sse3,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16,+sahf,-avx,-avx2,-fma")
+    r = subprocess.run([sys.executable, "-c", _V2, str(tmp_path / "x.pt"), str(tmp_path / "y.pt")],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    mag, gauss = torch.load(tmp_path / "y.pt")
+    assert_close(mag, tf.gradient_magnitude(x.double(), operator="sobel", axes=(-3, -2, -1), mode="wrap",
+                                            backend="reference"), rtol=1e-5)
+    assert_close(gauss, sp_gaussian_filter(x.double(), 2.0), rtol=1e-5)

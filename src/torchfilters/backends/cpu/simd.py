@@ -31,28 +31,34 @@ from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
 
-def _vector_bytes() -> int:
+def _target() -> tuple[str, dict]:
+    """The CPU numba compiles for and its features (``{name: bool}``): ``NUMBA_CPU_NAME`` /
+    ``NUMBA_CPU_FEATURES`` where set (a cache built for other machines), else the host's -- as
+    numba's own codegen chooses them.  Every choice below follows it, never the host alone: an
+    instruction the target lacks must not be written in."""
     try:
         import llvmlite.binding as ll
+        from numba.core import config
 
-        feats = ll.get_host_cpu_features()
-        if feats.get("avx512f"):
-            return 64
-        if feats.get("avx2") or feats.get("avx"):
-            return 32
+        name = config.CPU_NAME or ll.get_host_cpu_name()
+        if config.CPU_FEATURES is not None:
+            feats = {f[1:]: f[0] == "+" for f in config.CPU_FEATURES.split(",") if len(f) > 1 and f[0] in "+-"}
+        else:
+            feats = dict(ll.get_host_cpu_features())
+        return name, feats
     except Exception:  # pragma: no cover - exotic hosts: SSE/NEON-sized vectors
-        pass
+        return "", {}
+
+
+_CPU, _FEATURES = _target()
+
+
+def _vector_bytes() -> int:
+    if _FEATURES.get("avx512f"):
+        return 64
+    if _FEATURES.get("avx2") or _FEATURES.get("avx"):
+        return 32
     return 16
-
-
-def _host_cpu() -> tuple[str, bool]:
-    """The host CPU's name as LLVM knows it, and whether it has AVX2."""
-    try:
-        import llvmlite.binding as ll
-
-        return ll.get_host_cpu_name(), bool(ll.get_host_cpu_features().get("avx2"))
-    except Exception:  # pragma: no cover
-        return "", False
 
 
 VBYTES = _vector_bytes()
@@ -61,15 +67,15 @@ VBYTES = _vector_bytes()
 #: ran 2x slower through it on every vector of a Zen 1 host): there ``_vldm`` / ``_vstm`` take a
 #: plain load or store where all lanes are wanted, and mask only a tail
 CHEAP_MASKS = VBYTES == 64
-#: whether the host's vector units are 128 bits wide, splitting each 256-bit operation in two
+#: whether the target's vector units are 128 bits wide, splitting each 256-bit operation in two
 #: (AMD's Zen 1 and its Bulldozer forerunners): a shuffle across the halves of a
 #: vector is several micro-ops there, so ``_vtaps2`` takes its left windows by unaligned loads
 #: rather than by shuffles of the vectors it holds (Gaussian passes 8-15% faster on a Zen 1
 #: host), and ``_vleft`` / ``_vright`` go through ``_shift_across`` (the 3-D Sobel 11% faster:
 #: benchmarks/RESULTS-cpu.md).  Read when a kernel compiles; numba's disk cache keys on
-#: the host CPU, so a cache never carries one choice to a host that wants the other.
+#: the target CPU (:func:`_target`), so a cache never carries one choice to a CPU that wants the other.
 #: (AVX2 for ``_shift_across``'s ``vpalignr``: the AVX-only Bulldozers and Jaguar keep the shuffles)
-_CPU, _AVX2 = _host_cpu()
+_AVX2 = bool(_FEATURES.get("avx2"))
 SPLIT_HALVES = VBYTES == 32 and _AVX2 and _CPU in ("znver1", "bdver4")
 
 
