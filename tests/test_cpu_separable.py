@@ -221,7 +221,7 @@ def _stacked_and_row_wise(fn, x, launches, out=None):
 @pytest.mark.parametrize("dtype", (torch.float64, torch.float32))
 @pytest.mark.parametrize("mode", MODES)
 def test_stacked_small_planes_give_the_row_wise_bits(mode, dtype, launches, monkeypatch):
-    """Planes at most ``separable_stack._MAX_W`` wide run a vector's lanes of planes at a time
+    """Narrow planes (``separable_stack._width_ok``) run a vector's lanes of planes at a time
     (a last group of fewer): the row-wise kernel's bits, NaN, infinities and signs of zero
     included, and SciPy's bits in float64 (a dtype the dispatch leaves to the row-wise kernel:
     taken here to check the kernel's arithmetic); radii past the image fold through the tables."""
@@ -234,7 +234,7 @@ def test_stacked_small_planes_give_the_row_wise_bits(mode, dtype, launches, monk
         "box": lambda t, **k: tf.uniform_filter(t, (3, 5), mode=mode, cval=-0.5, backend="cpu", **k),
         "along W": lambda t, **k: tf.gaussian_filter1d(t, 1.2, axis=-1, mode=mode, cval=-0.5, backend="cpu", **k),
     }
-    for N, h, w in ((16, 8, 8), (45, 5, 3), (16, 1, 20), (32, 13, 1), (45, 30, 7)):
+    for N, h, w in ((16, 8, 8), (45, 5, 3), (16, 1, 20), (32, 13, 1), (45, 30, 7), (16, 6, 29)):
         x = rand(N, h, w, seed=N + h + w, dtype=dtype)
         x[0, 0, 0] = float("nan")
         x[1, 0, 0] = float("inf")
@@ -275,15 +275,24 @@ def test_stacked_small_planes_layouts_out_and_threads(launches):
 def test_stacked_small_planes_only_where_they_pay(launches):
     """Float32 only, narrow planes, groups of planes at least four-fifths full, buffers within
     ``_MAX_BYTES``: the rest runs row by row.  (The buffers scale with the vector width: planes
-    of 1024 x 20 are past the budget with AVX2's 32-byte vectors as with AVX-512's 64.)"""
-    for x in (rand(16, 8, 8), rand(17, 8, 8, dtype=torch.float32), rand(16, 8, 21, dtype=torch.float32),
-              rand(64, 1024, 20, dtype=torch.float32), rand(16, 8, 8, dtype=torch.float16)):
+    of 1024 x 20 are past the budget with AVX2's 32-byte vectors as with AVX-512's 64.)  Widths:
+    up to ``_MAX_W`` with AVX-512; without it, up to ``_MAX_W_MASKED`` but for multiples of the
+    lanes past one vector (whose rows end in no masked vector)."""
+    from torchfilters.backends.cpu import simd
+
+    ss = cpu.separable_stack
+    f32 = simd.VBYTES // 4
+    not_taken = [ss._MAX_W + 1, 2 * f32 + 16] if simd.CHEAP_MASKS else [2 * f32, 3 * f32, ss._MAX_W_MASKED + 1]
+    taken = [1, ss._MAX_W] if simd.CHEAP_MASKS else [1, f32, f32 + 3, 3 * f32 + 1, ss._MAX_W_MASKED - 1]
+    for x in ([rand(16, 8, 8), rand(17, 8, 8, dtype=torch.float32), rand(64, 1024, 20, dtype=torch.float32),
+               rand(16, 8, 8, dtype=torch.float16)] + [rand(16, 8, w, dtype=torch.float32) for w in not_taken]):
         launches.clear()
         tf.gaussian_filter(x, 1.0, backend="cpu")
         assert launches and cpu._k_stack not in launches, (x.dtype, x.shape)
-    launches.clear()
-    tf.gaussian_filter(rand(30, 8, 8, dtype=torch.float32), 1.0, backend="cpu")  # 30 of 32 lanes used
-    assert launches == [cpu._k_stack]
+    for x in [rand(30, 8, 8, dtype=torch.float32)] + [rand(16, 8, w, dtype=torch.float32) for w in taken]:
+        launches.clear()  # (30 planes: of 32 lanes, 30 used)
+        tf.gaussian_filter(x, 1.0, backend="cpu")
+        assert launches == [cpu._k_stack], x.shape
 
 
 def test_empty_tensors():

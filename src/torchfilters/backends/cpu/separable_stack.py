@@ -29,16 +29,22 @@ from numba.extending import intrinsic
 
 from .prims import _JIT, _cvt, _ptr
 from .separable import R, _VL, _fold1, _lanes, _vblock
-from .simd import (VBYTES, Vec, _check_ptr, _esize, _lane_mask, _load_masked, _store_masked, _vld, _vptr, _vsplat,
+from .simd import (CHEAP_MASKS, VBYTES, Vec, _check_ptr, _esize, _lane_mask, _load_masked, _store_masked, _vld, _vptr, _vsplat,
                    _vst)
 from .tables import L_N, R_O, R_X, _poff
 
 __all__ = ["stack_ok", "stack_plan", "_k_stack"]
 
-#: the widest planes taken: from rows of 24 samples on, the row-wise kernel is as fast (float32,
-#: sigma 2, one thread, per 784 samples: 8 wide 3.7 -> 1.5 us, 12: 2.6 -> 1.3, 16: 1.6 -> 1.1,
-#: 20: 1.7 -> 1.3, 24: 1.4 both, 28: 1.2 -> 1.3; benchmarks/RESULTS-cpu.md)
+#: the widest planes taken with AVX-512 (``CHEAP_MASKS``): from rows of 24 samples on, the
+#: row-wise kernel is as fast (float32, sigma 2, one thread, per 784 samples: 8 wide 3.7 -> 1.5 us,
+#: 12: 2.6 -> 1.3, 16: 1.6 -> 1.1, 20: 1.7 -> 1.3, 24: 1.4 both, 28: 1.2 -> 1.3; RESULTS-cpu.md)
 _MAX_W = 20
+#: without AVX-512, the row-wise kernel ends each row of a width that is not a multiple of the
+#: float32 lanes in a masked vector (``vmaskmov``) in both passes; there planes up to this wide are
+#: taken unless their width is such a multiple past one vector (float32, sigma 2, 2 threads, a Zen 1
+#: host, stacked / row-wise time: 4 wide 0.35, 8: 0.77, 12: 0.70, 16: 1.12, 20: 0.77, 24: 1.03,
+#: 28: 0.84, 32: 1.06-1.14, 40: 1.04, 44: 0.89, 50: 0.88, 57: 0.92, 63: 0.97, 64: 1.15)
+_MAX_W_MASKED = 60
 #: a work item's two buffers (the transposed planes, the padded intermediate) in bytes at most:
 #: past the L2 cache the gain is gone (64 planes of 256 x 20: 1 MiB, 0.97-0.99 of the row-wise time)
 _MAX_BYTES = 768 << 10
@@ -52,11 +58,19 @@ K_H, K_W, K_RV, K_RH, K_NBLK, K_ROWT, K_COLT = range(7)
 K_HDR = 7
 
 
+def _width_ok(W):
+    """Whether planes ``W`` wide pay stacked (:data:`_MAX_W`, :data:`_MAX_W_MASKED`)."""
+    if CHEAP_MASKS:
+        return 1 <= W <= _MAX_W
+    f32 = VBYTES // 4
+    return 1 <= W <= f32 or (W % f32 != 0 and W <= _MAX_W_MASKED)
+
+
 def stack_ok(info, H, W, N, dtype):
     """Whether ``N`` planes of ``H x W`` of ``dtype`` run here with ``sep_info``'s ``info``: narrow
     planes, radii of at most ``_MAX_R``, buffers of at most ``_MAX_BYTES``, and groups of planes
     at least four-fifths full (a last group of one plane costs a whole group)."""
-    if dtype not in DTYPES or not 1 <= W <= _MAX_W or len(info[0]) > _MAX_R + 1 or len(info[1]) > _MAX_R + 1:
+    if dtype not in DTYPES or not _width_ok(W) or len(info[0]) > _MAX_R + 1 or len(info[1]) > _MAX_R + 1:
         return False
     lanes = _lanes(dtype.itemsize)
     rh = len(info[1]) - 1
