@@ -31,6 +31,7 @@ explicitly.  ``deadline=None`` everywhere: numba compiles kernels on first use.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -653,14 +654,23 @@ def _lean_interpreter():
       device call's patch is never undone either.  Here a device call whose modules the launch
       has patched skips it.  (A third of the interpreted suite's time.)
     - ``_get_np_dtype`` builds its table of dtypes on every call: here its answers are kept.
+    - The interpreter's int32 overflow sanitizer is off.  As shipped it redoes each int32 add,
+      sub and mul in int64 and compares the result with the int32 range -- half of an interpreted
+      launch's time -- and then drops the comparison: its ``device_assert`` only asserts with
+      ``debug=True``, which the interpreter leaves off.  ``make test-full`` keeps the inert
+      computation (the interpreter as shipped), and
+      ``test_triton.py::test_index_arithmetic_passes_the_overflow_sanitizer`` runs each kernel
+      family with the sanitizer *and* ``debug`` on, where it asserts.
 
-    Both stand down (the interpreter as shipped) where the Triton in use lacks the names."""
+    They stand down (the interpreter as shipped) where the Triton in use lacks the names."""
     try:
         from triton.runtime import interpreter as interp
 
         patch_lang, executor_call, np_dtype = interp._patch_lang, interp.GridExecutor.__call__, interp._get_np_dtype
         empty_scope, tl = interp._LangPatchScope, interp.tl
-    except (ImportError, AttributeError):
+        builder, options = interp.interpreter_builder, interp.interpreter_builder.options
+        lean_options = dataclasses.replace(options, sanitize_overflow=FULL_GRID)
+    except (ImportError, AttributeError, TypeError):
         yield
         return
     state = {"launch": None, "patched": False}
@@ -706,10 +716,12 @@ def _lean_interpreter():
             return np_dtype(tt_dtype)
 
     interp._patch_lang, interp.GridExecutor.__call__, interp._get_np_dtype = lean_patch_lang, lean_call, lean_np_dtype
+    builder.options = lean_options
     try:
         yield
     finally:
         interp._patch_lang, interp.GridExecutor.__call__, interp._get_np_dtype = patch_lang, executor_call, np_dtype
+        builder.options = options
 
 
 @contextlib.contextmanager

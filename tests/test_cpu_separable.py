@@ -670,6 +670,12 @@ def test_kernels_follow_numbas_target_cpu_not_the_host(tmp_path):
     r = subprocess.run([sys.executable, "-c", _V2, str(tmp_path / "x.pt"), str(tmp_path / "y.pt")],
                        capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
+    # the flags in LLVM's order: a later ``-avx`` turns AVX2 off too; numba's NUMBA_ENABLE_AVX=0
+    probe = "from torchfilters.backends.cpu import simd; print(simd.VBYTES, simd.SPLIT_HALVES)"
+    for extra in ({"NUMBA_CPU_NAME": "znver1", "NUMBA_CPU_FEATURES": "+avx2,+fma,-avx"}, {"NUMBA_ENABLE_AVX": "0"}):
+        e = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU")} | extra
+        p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=e, timeout=300)
+        assert p.returncode == 0 and p.stdout.split() == ["16", "False"], (extra, p.stdout, p.stderr[-2000:])
     mag, gauss = torch.load(tmp_path / "y.pt")
     assert_close(mag, tf.gradient_magnitude(x.double(), operator="sobel", axes=(-3, -2, -1), mode="wrap",
                                             backend="reference"), rtol=1e-5)

@@ -766,3 +766,46 @@ def test_too_old_triton_is_a_clear_unavailable_engine():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "needs triton >= 3.6; found 3.4.0); upgrade it (pip install 'triton>=3.6')" in res.stdout
+
+
+def test_index_arithmetic_passes_the_overflow_sanitizer(T, monkeypatch):
+    """The suite runs Triton's interpreter without its int32 overflow sanitizer (inert without
+    ``debug``, half its time: ``conftest._lean_interpreter``); here each kernel family launches
+    with it and ``debug`` on, forward and backward -- and a kernel whose int32 sum overflows is
+    caught."""
+    import dataclasses
+
+    import triton
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    b = interp.interpreter_builder
+    monkeypatch.setattr(b, "options", dataclasses.replace(b.options, sanitize_overflow=True, debug=True))
+
+    @triton.jit
+    def past_int32(p, n):
+        tl.store(p, tl.program_id(0) + n)  # (int32 + int32)
+
+    out = torch.zeros(1, dtype=torch.int32)
+    past_int32[(1,)](out, 2**31 - 1)  # program 0: in range
+    from triton.runtime.errors import InterpreterError
+
+    with pytest.raises(InterpreterError, match="int32 overflow"):
+        past_int32[(2,)](out, 2**31 - 1)
+
+    x = rand(2, 9, 11, seed=3, dtype=torch.float32).requires_grad_(True)
+    v = rand(1, 4, 5, 6, seed=4, dtype=torch.float32).requires_grad_(True)
+    ops = [
+        (x, lambda t: tf.gradient_magnitude(t, operator="sobel", mode="wrap", backend="triton")),
+        (x, lambda t: tf.gaussian_filter(t, 1.2, mode="reflect", backend="triton")),
+        (x, lambda t: tf.correlate(t, [[1.0, -2.0, 0.5], [0.25, 3.0, 1.0]], mode="constant", cval=0.5,
+                                   backend="triton")),
+        (x, lambda t: tf.selective_blur(t, 0.4, sigma=1.0, backend="triton")),
+        (x, lambda t: tf.median_filter(t, 3, mode="mirror", backend="triton")),
+        (v, lambda t: tf.gradient_magnitude(t, operator="sobel", axes=(-3, -2, -1), backend="triton")),
+    ]
+    for t, f in ops:
+        y = f(t)
+        (g,) = torch.autograd.grad(y, t, torch.ones_like(y))
+        assert torch.isfinite(y).all() and torch.isfinite(g).all()
+    assert tf.canny(x.detach(), backend="triton").dtype == torch.bool

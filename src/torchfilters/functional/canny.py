@@ -175,7 +175,7 @@ def canny(
         TypeError: ``input`` not a tensor, of dtype bool, complex or float8, or
             not dense; a threshold, ``sigma`` or ``cval`` not a real number;
             ``use_quantiles`` not a bool; ``mode`` not a str; ``mask`` not a
-            tensor; ``out`` not a tensor, or not of dtype bool.
+            tensor; ``out`` not a tensor, not dense, or not of dtype bool.
         ValueError: ``input`` of fewer than 2 dimensions or of dtype int64 or
             uint64; quantile thresholds outside ``[0, 1]``; ``high_threshold <
             low_threshold``; a bad ``sigma``; an unknown ``mode`` or ``backend``;

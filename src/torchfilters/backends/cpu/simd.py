@@ -38,13 +38,20 @@ def _target() -> tuple[str, dict]:
     instruction the target lacks must not be written in."""
     try:
         import llvmlite.binding as ll
-        from numba.core import config
+        from numba.core import codegen, config
 
         name = config.CPU_NAME or ll.get_host_cpu_name()
-        if config.CPU_FEATURES is not None:
-            feats = {f[1:]: f[0] == "+" for f in config.CPU_FEATURES.split(",") if len(f) > 1 and f[0] in "+-"}
-        else:
-            feats = dict(ll.get_host_cpu_features())
+        # (numba's host features honour NUMBA_ENABLE_AVX=0; later flags override earlier ones)
+        flags = config.CPU_FEATURES if config.CPU_FEATURES is not None else codegen.get_host_cpu_features()
+        feats = {}
+        for f in flags.split(","):
+            f = f.strip()
+            if len(f) > 1 and f[0] in "+-":
+                feats[f[1:]] = f[0] == "+"
+        # each level only on the one below it (LLVM's ``-avx`` turns off AVX2 and AVX-512 too)
+        feats["avx"] = bool(feats.get("avx"))
+        feats["avx2"] = feats["avx"] and bool(feats.get("avx2"))
+        feats["avx512f"] = feats["avx2"] and bool(feats.get("avx512f"))
         return name, feats
     except Exception:  # pragma: no cover - exotic hosts: SSE/NEON-sized vectors
         return "", {}

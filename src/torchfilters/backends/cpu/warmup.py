@@ -119,13 +119,25 @@ def _calls(dtype: torch.dtype) -> Iterator[tuple[str, Callable[[], object]]]:
     if dtype in (torch.float32, torch.float64):  # canny runs float32 or float64
         yield "canny", lambda: tf.canny(torch.rand(2, 16, 16).to(dtype))
         # one slice of 64 rows or more is cut into row bands when there are threads to share
-        # (the bands' seams have a kernel of their own)
-        yield "canny of one image (row bands)", lambda: tf.canny(torch.rand(1, 96, 40).to(dtype))
+        # (the bands' seams have a kernel of their own): two threads at least, even where the
+        # warmup runs on one (a container build with OMP_NUM_THREADS=1)
+        yield "canny of one image (row bands)", lambda: _with_threads(
+            2, lambda: tf.canny(torch.rand(1, 96, 40).to(dtype)))
         yield "canny use_quantiles", lambda: tf.canny(torch.rand(2, 16, 16).to(dtype), use_quantiles=True,
                                                       low_threshold=0.5, high_threshold=0.8)
     if dtype == torch.float32:  # integer images, canny's usual input, run in float64 (scikit-image's rule)
         yield "canny of a uint8 image (float64)", lambda: tf.canny(
             torch.randint(0, 256, (1, 96, 40), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)))
+
+
+def _with_threads(n, call):
+    """``call()`` with at least ``n`` threads (``torch.set_num_threads``), the count restored."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(max(n, old))
+    try:
+        return call()
+    finally:
+        torch.set_num_threads(old)
 
 
 @contextlib.contextmanager
