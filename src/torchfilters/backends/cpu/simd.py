@@ -6,9 +6,10 @@ checks) once a loop reads more than a few independent streams; a register-blocke
 a dozen rows at once and keeps its accumulators in registers across a run-time tap loop.
 Writing the vectors explicitly makes that code independent of the vectoriser's heuristics.
 
-One vector is the host's widest register: 64 bytes with AVX-512, else 32 (float32: 16 or 8
-lanes; float64: 8 or 4).  Wider logical vectors would only be split by LLVM, narrower ones
-waste half the machine.  numba's disk cache keys compiled code on the host CPU, so a cache
+One vector is the widest register of the CPU numba compiles for (:func:`_target`: the host,
+or ``NUMBA_CPU_NAME`` / ``NUMBA_CPU_FEATURES``): 64 bytes with AVX-512, 32 with AVX, else 16
+(float32: 16, 8 or 4 lanes).  Wider logical vectors would only be split by LLVM, narrower ones
+waste half the machine.  numba's disk cache keys compiled code on that target CPU, so a cache
 never crosses machines with a different width.
 
 Operations: ``_vld`` / ``_vst`` (unaligned load/store), ``_vstnt`` (a non-temporal line store),
@@ -158,7 +159,7 @@ def _load_masked(builder, ptr, vt, mask, whole):
 
     ``mask`` is a ``<lanes x i1>`` and ``whole`` an ``i1`` saying that every lane is wanted;
     either may be a function that builds it. Without AVX-512 (``CHEAP_MASKS`` false) a masked
-    access is ``vmaskmov``, slow on AMD's Zen 2 / 3, so there a ``whole`` access is a plain load
+    access is ``vmaskmov``, slow on AMD's Zen cores, so there a ``whole`` access is a plain load
     and only the other branch is masked.
     """
     def masked():
