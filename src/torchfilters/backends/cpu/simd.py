@@ -367,17 +367,23 @@ def _shift_across(builder, a, b, left):
     return builder.asm(ir.FunctionType(vt, [vt, vt]), asm, "=&x,x,x", [a, b], side_effect=False)
 
 
+def _shift(builder, a, b, left):
+    """``_vleft(a, b)`` (``left``) or ``_vright(a, b)``: a constant shuffle, or
+    :func:`_shift_across` for 256-bit vectors where the target splits them (and has AVX2)."""
+    n = a.type.count
+    if SPLIT_HALVES and _AVX2 and n * _esize(a.type) == 32:
+        return _shift_across(builder, a, b, left)
+    first = n - 1 if left else 1
+    return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), n), list(range(first, first + n))))
+
+
 @intrinsic
 def _vleft(typingctx, a, b):
     """``[a[-1], b[0], .., b[-2]]``: each lane of ``b``'s left neighbour, for ``a`` the vector
     before it (a constant shuffle, no unaligned load)."""
 
     def codegen(context, builder, sig, args):
-        n = args[0].type.count
-        if SPLIT_HALVES and _AVX2 and n * _esize(args[0].type) == 32:
-            return _shift_across(builder, args[0], args[1], left=True)
-        return builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(ir.IntType(32), n),
-                                                                    list(range(n - 1, 2 * n - 1))))
+        return _shift(builder, args[0], args[1], left=True)
 
     return a(a, b), codegen
 
@@ -388,11 +394,7 @@ def _vright(typingctx, b, c):
     after it."""
 
     def codegen(context, builder, sig, args):
-        n = args[0].type.count
-        if SPLIT_HALVES and _AVX2 and n * _esize(args[0].type) == 32:
-            return _shift_across(builder, args[0], args[1], left=False)
-        return builder.shuffle_vector(args[0], args[1], ir.Constant(ir.VectorType(ir.IntType(32), n),
-                                                                    list(range(1, n + 1))))
+        return _shift(builder, args[0], args[1], left=False)
 
     return b(b, c), codegen
 
@@ -439,6 +441,11 @@ def _vtaps2(typingctx, a0, a1, b0, b1, A, B, C, s, q, WT, k0, r):
         n = vt.count
         it = kk0.type
         i32v = ir.VectorType(ir.IntType(32), n)
+
+        def windows(i):  # the two vectors at s[i] and s[i + lanes]
+            return [builder.load(_vptr(builder, sp, j, vt), align=_esize(vt))
+                    for j in (i, builder.add(i, ir.Constant(i.type, n)))]
+
         entry = builder.block
         # the first tap: t = min(n, r - k0) (k = k0 + t); none when that is <= 0
         avail = builder.sub(rr, kk0)
@@ -460,16 +467,12 @@ def _vtaps2(typingctx, a0, a1, b0, b1, A, B, C, s, q, WT, k0, r):
             k = builder.add(kk0, ir.Constant(it, t))
             wk = builder.extract_value(wt, t - 1)
             mask = ir.Constant(i32v, list(range(n - t, 2 * n - t)))
-            qk = builder.add(qq, k)
             if SPLIT_HALVES:
-                ql = builder.sub(qq, k)
-                l0 = builder.load(_vptr(builder, sp, ql, vt), align=_esize(vt))
-                l1 = builder.load(_vptr(builder, sp, builder.add(ql, ir.Constant(ql.type, n)), vt), align=_esize(vt))
+                l0, l1 = windows(builder.sub(qq, k))
             else:
                 l0 = builder.shuffle_vector(va, vb, mask)
                 l1 = builder.shuffle_vector(vb, vc, mask)
-            r0 = builder.load(_vptr(builder, sp, qk, vt), align=_esize(vt))
-            r1 = builder.load(_vptr(builder, sp, builder.add(qk, ir.Constant(qk.type, n)), vt), align=_esize(vt))
+            r0, r1 = windows(builder.add(qq, k))
             na = builder.fadd(pa, builder.fmul(builder.fadd(l0, r0), wk))
             nb = builder.fadd(pb, builder.fmul(builder.fadd(l1, r1), wk))
             prev = (na, nb, builder.block)
