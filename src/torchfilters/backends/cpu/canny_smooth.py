@@ -30,7 +30,7 @@ from . import cache
 cache.install()
 
 from .plan import _fold
-from .prims import _JIT
+from .prims import _JIT, _OVL_LITERAL
 
 __all__ = ["_k_smooth", "_smooth_row", "fold_map", "pair_weights", "smooth_plan"]
 
@@ -39,7 +39,7 @@ def _as(v, c):  # pragma: no cover - replaced by the overload in compiled code
     return v
 
 
-@overload(_as, jit_options={"inline": "always"})
+@overload(_as, jit_options=dict(_OVL_LITERAL, inline="always"))
 def _as_ov(v, c):
     """``v`` rounded to the dtype of the carrier ``c`` (float32 or float64)."""
     if c == types.float32:

@@ -41,8 +41,8 @@ from .forward import _atan2
 from .plan import _fold, _stack, _whole_planes
 from .._lowering import ANTI, SYM, pass_kind
 from .prims import (
-    _JIT, _cvt, _expo, _expo_all, _fence, _hyp2, _ld, _line, _mag_flag, _prefetch_r, _prefetch_w, _ptr, _sel, _st,
-    _stream_line,
+    _JIT, _OVL_LITERAL, _cvt, _expo, _expo_all, _fence, _hyp2, _ld, _line, _mag_flag, _prefetch_r, _prefetch_w, _ptr,
+    _sel, _st, _stream_line,
 )
 from .tables import EPI_DIR, EPI_MAG, EPI_STACK, EPI_SUM, L_N, R_O, R_X, _poff
 
@@ -173,7 +173,7 @@ def _pass3(f, zero_flag, kshift, first):
     return ((f >> kshift) & 3) | (skip << 2)
 
 
-@overload(_p3)
+@overload(_p3, jit_options=_OVL_LITERAL)
 def _ol_p3(CODE, w0, w1, w2, a, b, c):
     """One 3-tap pass on samples ``a, b, c`` (offsets -1, 0, 1) in SciPy's order
     (``NI_Correlate1D``): (anti)symmetric ``w1*b + (a +- c)*w0`` (the pair times the left
@@ -199,7 +199,7 @@ def _ol_p3(CODE, w0, w1, w2, a, b, c):
     return lambda CODE, w0, w1, w2, a, b, c: (w2 * c + w0 * a) + w1 * b
 
 
-@overload(_d3_lr)
+@overload(_d3_lr, jit_options=_OVL_LITERAL)
 def _ol_d3_lr(FORM, x, p, l, r, t):
     """(left, right) neighbours of flat position ``p``: ``x[p + l]``, ``x[p + r]``; in the
     interior run (``l, r = -1, 1``; ``t`` is ``(class, fl, fr)``) the lanes of column 0 (class
@@ -236,7 +236,7 @@ def _ol_d3_lr(FORM, x, p, l, r, t):
     return lambda FORM, x, p, l, r, t: (_ld(x, p + l), _ld(x, p + r))
 
 
-@overload(_d3_ac)
+@overload(_d3_ac, jit_options=_OVL_LITERAL)
 def _ol_d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
     """The vertical pass (the first one) on the left and right neighbour columns of ``mid``
     (FORM_VH)."""
@@ -255,7 +255,7 @@ def _ol_d3_ac(FORM, x, up, mid, dn, l, r, t, v0, v1, v2):
     return ac
 
 
-@overload(_d3_st)
+@overload(_d3_st, jit_options=_OVL_LITERAL)
 def _ol_d3_st(FORM, x, up, mid, dn, l, r, t, v0, v1, v2, h0, h1, h2):
     """One stencil at flat position ``mid`` (rows above/below at ``up``/``dn``, columns at
     offsets ``l``/``r``): FORM_H ``h . x[row, l/c/r]``, FORM_V ``v . x[up/mid/dn, c]``, FORM_VH
@@ -313,7 +313,7 @@ def _hyp1(a):
     return math.sqrt(s)
 
 
-@overload(_d3_out)
+@overload(_d3_out, jit_options=_OVL_LITERAL)
 def _ol_d3_out(FORM, EPI, K, o, oq, osK, a, b):
     """The epilogue and the store (``b``: the second stencil, unused when ``K == 1``).  Returns
     the magnitude's flag (``prims._mag_flag``: ``_expo_all`` where its sum of squares over- or
@@ -369,7 +369,7 @@ def _ol_d3_out(FORM, EPI, K, o, oq, osK, a, b):
     return stack
 
 
-@overload(_d3_pixel)
+@overload(_d3_pixel, jit_options=_OVL_LITERAL)
 def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
     """Stencil ``F0`` (and ``F1`` if ``K == 2``) at one position, the epilogue, the store;
     returns ``_d3_out``'s flag."""
@@ -394,7 +394,7 @@ def _ol_d3_pixel(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, l, r, t, w):
     return two
 
 
-@overload(_d3_span)
+@overload(_d3_span, jit_options=_OVL_LITERAL)
 def _ol_d3_span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
     """Positions ``a .. b-1`` of a run (left/right neighbours at -1/+1), stored at ``o[oq + q]``:
     the vectorised loop.  With ``SKIPZ`` in ``F0`` it returns the max of ``e`` and ``_expo``
@@ -421,7 +421,7 @@ def _ol_d3_span(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, a, b, T, tq, w, e):
     return span
 
 
-@overload(_d3_run)
+@overload(_d3_run, jit_options=_OVL_LITERAL)
 def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp):
     """``n`` consecutive positions in chunks of a few cache lines, each first asking for the
     input and output lines further on (prefetching the output for writing overlaps its
@@ -478,7 +478,7 @@ def _ol_d3_run(F0, F1, EPI, K, o, oq, osK, x, up, mid, dn, n, T, tq, w, omis, bp
     return run_stream if stream else run
 
 
-@overload(_d3_row)
+@overload(_d3_row, jit_options=_OVL_LITERAL)
 def _ol_d3_row(F0, F1, EPI, K, o, ob, osK, x, xb, i, H, W, fy0, fy1, dl0, dr1, T, w, c0, c1, whole):
     """Row ``i`` outside the interior run: the whole row if it is the first or last (the row
     fold) or ``whole`` (an interior row redone, or one a ``FAR`` run leaves), and its column 0 /

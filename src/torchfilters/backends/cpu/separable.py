@@ -39,7 +39,7 @@ from numba.extending import overload
 
 from ..._spec import FilterSpec, by_identity, zero_signs
 from .plan import _small
-from .prims import _JIT, _cvt, _fence, _ld, _line, _prefetch_r, _ptr, _st
+from .prims import _JIT, _OVL, _cvt, _fence, _ld, _line, _prefetch_r, _ptr, _st
 from .simd import VBYTES, _vadd, _vld, _vldm, _vmul, _vnz, _vrev, _vsplat, _vst, _vstm, _vstnt, _vsub, _vtaps2, _vwts
 from .tables import L_N, R_O, R_X, _poff
 
@@ -287,7 +287,7 @@ def _VL(fz):  # pragma: no cover - overload below
     raise NotImplementedError
 
 
-@overload(_VL, jit_options=dict(cache=True))
+@overload(_VL, jit_options=_OVL)
 def _ol_vl(fz):
     n = VBYTES // (fz.bitwidth // 8)
     return lambda fz: n
