@@ -218,6 +218,39 @@ def test_warmup_with_a_bad_compile_mode_is_one_line():
     assert "Traceback" not in r.stderr
 
 
+def test_warmup_in_worker_processes_compiles_only_the_ops_named(tmp_path):
+    """``torchfilters warmup --only OP --jobs 2``: two worker processes compile those ops' kernels
+    into the cache, between them, and nothing else; a later process loads, compiling nothing."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "c"), "TORCHFILTERS_COMPILE": "wait"}
+    r = subprocess.run([sys.executable, "-m", "torchfilters", "warmup", "--only", "maximum_filter1d", "--jobs", "2"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = r.stdout.strip().splitlines()[-1]
+    assert "kernel(s) compiled, 0 already cached, 1 calls" in summary and "2 processes" in summary, summary
+    assert int(summary.split("warmup: ")[1].split()[0]) > 0
+    index = [f for _, _, fs in os.walk(tmp_path / "c") for f in fs if f.endswith(".nbi")]
+    assert index and all(f.startswith(("rank_kernels.", "prims.")) for f in index), index  # (that op's only)
+    assert _counts(_python(_PROBE, {"NUMBA_CACHE_DIR": str(tmp_path / "c")}))[0] == 0
+
+
+def test_warmup_arguments():
+    import torch
+
+    from torchfilters.backends.cpu import warmup as wu
+
+    with pytest.raises(ValueError, match="jobs must be at least 1; got 0"):
+        wu.warmup(jobs=0)
+    with pytest.raises(TypeError, match="jobs must be an int; got float"):
+        wu.warmup(jobs=2.0)
+    with pytest.raises(ValueError, match=r"only: blur is not an op of the warmup; its ops: canny, .*gaussian_filter"):
+        wu.warmup(only=["gaussian_filter", "blur"])
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        wu.warmup([torch.int32])
+    r = subprocess.run([sys.executable, "-m", "torchfilters", "warmup", "--jobs", "0"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr == "torchfilters: error: jobs must be at least 1; got 0\n", r.stderr
+
+
 def test_a_save_cut_short_never_leaves_an_index_naming_an_older_kernel(tmp_path, monkeypatch):
     """A kernel's data file is written before the index that names it: a process ended between
     the two (killed; a CLI run ended at once after Ctrl-C) left, in numba's order, a new index

@@ -6,7 +6,7 @@ Sub-commands::
     torchfilters blur   [INPUT ...] [--threshold 0] [--sigma S] [--normalized] [--keep-border] ...
     torchfilters filter OP [INPUT ...] [--PARAM VALUE ...]     # any op of torchfilters.functional
     torchfilters bench  [--op gradient_magnitude] [--shape 1000,128,28,28] [--plot bench.png] ...
-    torchfilters warmup [--dtype float32|float64|float16|bfloat16|all ...]
+    torchfilters warmup [--dtype float32|float64|float16|bfloat16|all ...] [--only OP ...] [--jobs N]
 
 Modules, one idea each:
 

@@ -17,6 +17,9 @@ from .common import DEFAULT_OUT, FORMATS, PROG, Parser, MissingDependency, Termi
 from .inputs import SAMPLE_IMAGES
 
 WARMUP_DTYPES = ("float32", "float64", "float16", "bfloat16")
+#: ``warmup``'s default ``--jobs`` is the CPUs available up to this (each worker holds numba and
+#: LLVM: a few hundred MiB)
+WARMUP_MAX_JOBS = 4
 
 _DESCRIPTION = """\
 Exact scipy.ndimage-style filters on files, computed with PyTorch.
@@ -78,6 +81,8 @@ the package's __pycache__ folders, else (a read-only install) in the per-user
 cache folder; the summary line names it.  A later process loads each kernel from
 there on first use (0.5-1.2 s for numba's import and the cache, in the background under the
 default TORCHFILTERS_COMPILE=background) instead of compiling it (1-3 s each).
+The calls run in --jobs worker processes side by side (the cache's locks compile each
+kernel once between them); --only limits them to the kernels of the ops named.
 """
 
 _INPUT_HELP = f"""\
@@ -202,6 +207,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                 _WARMUP_DESCRIPTION, epilog=None)
     warm.add_argument("--dtype", action="append", choices=WARMUP_DTYPES + ("all",), metavar="DTYPE",
                       help="dtype to compile for, repeatable: %(choices)s (default: float32)")
+    warm.add_argument("--only", action="append", metavar="OP",
+                      help="compile only the kernels of this op (gaussian_filter, median_filter, ...), repeatable "
+                           "(default: every op)")
+    warm.add_argument("--jobs", "-j", type=int, metavar="N",
+                      help=f"processes to compile in (default: the CPUs available, at most {WARMUP_MAX_JOBS}); "
+                           "1 compiles in this process")
     warm.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary line")
     warm.set_defaults(subparser=warm)
     return parser
@@ -247,14 +258,19 @@ def _warmup(args: argparse.Namespace) -> int:
             bar.set_description(label)
             bar.update()
 
+    jobs = args.jobs if args.jobs is not None else min(WARMUP_MAX_JOBS, wu.available_cpus())
     try:
-        report = wu.warmup([getattr(torch, n) for n in names], progress)
+        report = wu.warmup([getattr(torch, n) for n in names], progress, jobs=jobs, only=args.only)
+    except (TypeError, ValueError) as exc:
+        error(str(exc))
+        return 2
     finally:
         if bar is not None:
             bar.close()
     if not args.quiet:
         print(f"{PROG}: warmup: {report.compiled} kernel(s) compiled, {report.loaded} already cached, "
-              f"{report.calls} calls, {report.seconds:.1f} s ({', '.join(names)}); "
+              f"{report.calls} calls, {report.seconds:.1f} s ({', '.join(names)}; {jobs} process"
+              f"{'es' if jobs > 1 else ''}); "
               f"cache: {report.cache_dir or 'none (no writable folder)'}")
     return 0
 

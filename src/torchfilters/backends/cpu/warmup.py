@@ -5,11 +5,16 @@ disk cache in later processes.  ``warmup`` runs one small call of every op, oper
 class, epilogue and direction (forward and backward) per dtype, so that container images,
 CI runners and cluster nodes never compile at run time.  ``torchfilters warmup`` is its
 command line.
+
+The calls are independent, so ``jobs`` worker processes can run them side by side: the cache's
+file locks compile each kernel once between them (a process that finds a kernel being compiled
+waits and loads it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
@@ -183,29 +188,182 @@ def _counts() -> tuple[int, int]:
     return sum(sum(k._cache_misses.values()) for k in ks), sum(sum(k._cache_hits.values()) for k in ks)
 
 
-def warmup(dtypes: Iterable[torch.dtype] = (torch.float32,), progress: Optional[Callable[[str], None]] = None
-           ) -> WarmupReport:
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _label_op(label: str) -> str:
+    """The op a call's label names (its first word)."""
+    return label.split(" ", 1)[0]
+
+
+#: a worker process's calls per dtype (built once: their closures hold the inputs)
+_WORKER_CALLS: dict = {}
+
+
+def _run_call(dtype_name: str, index: int) -> tuple[int, int]:
+    """Run call ``index`` of ``dtype_name``'s warmup in this (worker) process; returns the kernels
+    it compiled and loaded."""
+    dtype = getattr(torch, dtype_name)
+    calls = _WORKER_CALLS.get(dtype)
+    if calls is None:
+        calls = _WORKER_CALLS[dtype] = [c for _, c in _calls(dtype)]
+    before = _counts()
+    with _tiered.waiting():
+        calls[index]()
+    after = _counts()
+    return after[0] - before[0], after[1] - before[1]
+
+
+def _serve() -> None:
+    """A warmup worker process: runs the call named by each ``"dtype index"`` line of stdin and
+    answers ``"compiled loaded"`` on stdout."""
+    import sys
+
+    answers, sys.stdout = sys.stdout, sys.stderr  # (anything else printed stays off the answers)
+    for line in sys.stdin:
+        name, index = line.split()
+        print(*_run_call(name, int(index)), file=answers, flush=True)
+
+
+def _in_workers(todo, jobs, progress, named) -> tuple[int, int]:
+    """Run the calls ``todo`` in ``jobs`` worker processes (plain ``python -c`` interpreters, so
+    a caller's script is never imported again, main guard or not), each fed the next call when
+    it finishes one; returns the kernels they compiled and loaded."""
+    import queue
+    import subprocess
+    import sys
+    import tempfile
+    import threading
+
+    tasks = queue.SimpleQueue()
+    for t in todo:
+        tasks.put(t)
+    done = queue.SimpleQueue()
+    procs, logs = [], []
+
+    def drive(proc):
+        while True:
+            try:
+                dtype, i, label = tasks.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                proc.stdin.write(f"{_dtype_name(dtype)} {i}\n")
+                proc.stdin.flush()
+                answer = proc.stdout.readline().split()
+            except OSError:  # (a worker that died: its pipe is closed)
+                answer = []
+            done.put((named(dtype, label), answer))
+            if len(answer) != 2:
+                return
+
+    compiled = loaded = 0
+    try:
+        for _ in range(min(jobs, len(todo))):
+            logs.append(tempfile.TemporaryFile("w+"))
+            procs.append(subprocess.Popen(
+                [sys.executable, "-c", "from torchfilters.backends.cpu import warmup; warmup._serve()"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[-1], text=True, bufsize=1))
+            threading.Thread(target=drive, args=(procs[-1],), daemon=True, name="torchfilters-warmup").start()
+        for _ in todo:
+            label, answer = done.get()
+            if len(answer) != 2:
+                tail = ""
+                for log in logs:
+                    log.seek(0)
+                    tail += log.read()[-2000:]
+                raise RuntimeError(f"a warmup worker failed in {label!r}:\n{tail}")
+            compiled += int(answer[0])
+            loaded += int(answer[1])
+            if progress is not None:
+                progress(label)
+    finally:
+        for p in procs:
+            with contextlib.suppress(OSError):
+                p.stdin.close()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for log in logs:
+            log.close()
+    return compiled, loaded
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def warmup(dtypes: Iterable[torch.dtype] = (torch.float32,), progress: Optional[Callable[[str], None]] = None, *,
+           jobs: int = 1, only: Optional[Iterable[str]] = None) -> WarmupReport:
     """Compile every CPU kernel for ``dtypes`` into the disk cache (loaded, not compiled, later).
 
     Args:
         dtypes: the storage dtypes to compile for (float32, float64, float16, bfloat16).
-        progress: called with a label before each call (a progress bar's ``set_description``).
+        progress: called with each call's label (a progress bar's ``set_description``): before
+            the call with ``jobs=1``, as it finishes otherwise.
+        jobs: processes to compile in.  ``1`` compiles in this process; more start that many
+            worker processes (fresh interpreters, up to about 0.8 GiB each), each given the next
+            call when it finishes one; the cache's locks compile each kernel once between
+            them.  The float32 warmup on a 2-core machine: 309 s with ``jobs=1``, 205 s with 2.
+        only: op names (``"gaussian_filter"``, ``"median_filter"``, ...) to compile for, instead
+            of every op: the kernels those ops' calls use, in every mode class and direction.
 
     Returns:
         A :class:`WarmupReport`: the number of calls, of kernels compiled and of kernels
-        loaded from the cache, the time taken and the cache folder.
+        loaded from the cache (in every process), the time taken and the cache folder.
+
+    Raises:
+        ValueError: a dtype the engine does not run, ``jobs`` below 1, or a name in ``only``
+            that is not an op of the warmup.
+        TypeError: ``jobs`` not an integer.
     """
+    import operator
+
     t0 = time.perf_counter()
-    calls = 0
-    before = _counts()
+    dtypes = list(dtypes)
     for dtype in dtypes:
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}; got {dtype}")
+    try:
+        jobs = operator.index(jobs)
+    except TypeError:
+        raise TypeError(f"jobs must be an int; got {type(jobs).__name__}") from None
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1; got {jobs}")
+    # every call's (dtype, index, label); ``only`` keeps those of the ops named
+    todo = [(dtype, i, label) for dtype in dtypes for i, (label, _) in enumerate(_calls(dtype))]
+    if only is not None:
+        wanted = {only} if isinstance(only, str) else set(only)
+        ops = {_label_op(label) for _, _, label in todo}
+        unknown = sorted(map(str, wanted - ops))
+        if unknown:
+            raise ValueError(f"only: {', '.join(unknown)} {'is not an op' if len(unknown) == 1 else 'are not ops'} "
+                             f"of the warmup; its ops: {', '.join(sorted(ops))}")
+        todo = [t for t in todo if _label_op(t[2]) in wanted]
+
+    def named(dtype, label):
+        return f"{_dtype_name(dtype)} {label}"
+
+    if jobs == 1:
+        before = _counts()
+        calls = {}
         with _tiered.waiting():  # each call compiles its kernels here, not in the background
-            for label, call in _calls(dtype):
+            for dtype, i, label in todo:
+                if dtype not in calls:
+                    calls[dtype] = [c for _, c in _calls(dtype)]
                 if progress is not None:
-                    progress(f"{str(dtype).replace('torch.', '')} {label}")
-                call()
-                calls += 1
-    after = _counts()
-    return WarmupReport(calls, after[0] - before[0], after[1] - before[1], time.perf_counter() - t0, cache.cache_dir())
+                    progress(named(dtype, label))
+                calls[dtype][i]()
+        after = _counts()
+        compiled, loaded = after[0] - before[0], after[1] - before[1]
+    else:
+        compiled, loaded = _in_workers(todo, jobs, progress, named)
+    return WarmupReport(len(todo), compiled, loaded, time.perf_counter() - t0, cache.cache_dir())
