@@ -259,6 +259,7 @@ def _in_workers(todo, jobs, progress, named) -> tuple[int, int]:
                 return
 
     compiled = loaded = 0
+    finished = False
     try:
         for _ in range(min(jobs, len(todo))):
             logs.append(tempfile.TemporaryFile("w+"))
@@ -278,16 +279,15 @@ def _in_workers(todo, jobs, progress, named) -> tuple[int, int]:
             loaded += int(answer[1])
             if progress is not None:
                 progress(label)
+        finished = True
     finally:
         for p in procs:
             with contextlib.suppress(OSError):
-                p.stdin.close()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+                p.stdin.close()  # (end of input: a worker returns when its call is done)
+            if not finished:  # (an error, Ctrl-C: now; the compile lock goes with the process)
                 p.kill()
-                p.wait()
+        for p in procs:
+            p.wait()
         for log in logs:
             log.close()
     return compiled, loaded
