@@ -226,11 +226,23 @@ def test_warmup_in_worker_processes_compiles_only_the_ops_named(tmp_path):
                        capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     summary = r.stdout.strip().splitlines()[-1]
-    assert "kernel(s) compiled, 0 already cached, 1 calls" in summary and "2 processes" in summary, summary
+    assert "kernel(s) compiled, 0 loaded from the cache, 1 calls" in summary and "2 processes" in summary, summary
     assert int(summary.split("warmup: ")[1].split()[0]) > 0
     index = [f for _, _, fs in os.walk(tmp_path / "c") for f in fs if f.endswith(".nbi")]
     assert index and all(f.startswith(("rank_kernels.", "prims.")) for f in index), index  # (that op's only)
     assert _counts(_python(_PROBE, {"NUMBA_CACHE_DIR": str(tmp_path / "c")}))[0] == 0
+
+
+def test_a_failed_warmup_worker_is_a_clear_error():
+    """A worker whose call raises ends the run with a RuntimeError naming the call, the worker's
+    exit status and the end of its stderr (here an index past the calls)."""
+    import torch
+
+    from torchfilters.backends.cpu import warmup as wu
+
+    with pytest.raises(RuntimeError, match=r"(?s)a warmup worker failed in 'float32 no such call' "
+                                           r"\(exit status 1\):.*IndexError"):
+        wu._in_workers([(torch.float32, 10**6, "no such call")], 2, None)
 
 
 def test_warmup_arguments():
@@ -242,7 +254,9 @@ def test_warmup_arguments():
         wu.warmup(jobs=0)
     with pytest.raises(TypeError, match="jobs must be an int; got float"):
         wu.warmup(jobs=2.0)
-    with pytest.raises(ValueError, match=r"only: blur is not an op of the warmup; its ops: canny, .*gaussian_filter"):
+    with pytest.raises(TypeError, match="jobs must be an int; got bool"):
+        wu.warmup(jobs=True)
+    with pytest.raises(ValueError, match=r"only: 'blur' is not an op of the warmup; its ops: canny, .*gaussian_filter"):
         wu.warmup(only=["gaussian_filter", "blur"])
     with pytest.raises(ValueError, match="dtype must be one of"):
         wu.warmup([torch.int32])

@@ -208,8 +208,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     warm.add_argument("--dtype", action="append", choices=WARMUP_DTYPES + ("all",), metavar="DTYPE",
                       help="dtype to compile for, repeatable: %(choices)s (default: float32)")
     warm.add_argument("--only", action="append", metavar="OP",
-                      help="compile only the kernels of this op (gaussian_filter, median_filter, ...), repeatable "
-                           "(default: every op)")
+                      help="compile only the kernels of the warmup's calls of this op (gaussian_filter, "
+                           "median_filter, canny, ...; an unknown name lists them), repeatable (default: every op)")
     warm.add_argument("--jobs", "-j", type=int, metavar="N",
                       help=f"processes to compile in (default: the CPUs available, at most {WARMUP_MAX_JOBS}); "
                            "1 compiles in this process")
@@ -249,8 +249,17 @@ def _warmup(args: argparse.Namespace) -> int:
 
     from .common import progress_bar
 
+    from .outputs import signals_raise
+
     names = args.dtype or ["float32"]
     names = list(WARMUP_DTYPES) if "all" in names else list(dict.fromkeys(names))
+    dtypes = [getattr(torch, n) for n in names]
+    jobs = args.jobs if args.jobs is not None else min(WARMUP_MAX_JOBS, wu.available_cpus())
+    try:
+        wu._plan(dtypes, jobs, args.only)  # (bad options: a usage error, before anything runs)
+    except ValueError as exc:
+        error(str(exc))
+        return 2
     bar = progress_bar(None, f"{PROG} warmup", " calls", not args.quiet)
 
     def progress(label: str) -> None:
@@ -258,17 +267,20 @@ def _warmup(args: argparse.Namespace) -> int:
             bar.set_description(label)
             bar.update()
 
-    jobs = args.jobs if args.jobs is not None else min(WARMUP_MAX_JOBS, wu.available_cpus())
     try:
-        report = wu.warmup([getattr(torch, n) for n in names], progress, jobs=jobs, only=args.only)
-    except (TypeError, ValueError) as exc:
-        error(str(exc))
-        return 2
+        with signals_raise():  # (SIGTERM unwinds too: the worker processes are ended)
+            report = wu.warmup(dtypes, progress, jobs=jobs, only=args.only)
+    except RuntimeError as exc:  # (a worker process failed: one line, then the end of its stderr)
+        first, _, rest = str(exc).partition("\n")
+        error(first, bar)
+        if rest:
+            print(rest, file=sys.stderr)
+        return 1
     finally:
         if bar is not None:
             bar.close()
     if not args.quiet:
-        print(f"{PROG}: warmup: {report.compiled} kernel(s) compiled, {report.loaded} already cached, "
+        print(f"{PROG}: warmup: {report.compiled} kernel(s) compiled, {report.loaded} loaded from the cache, "
               f"{report.calls} calls, {report.seconds:.1f} s ({', '.join(names)}; {jobs} process"
               f"{'es' if jobs > 1 else ''}); "
               f"cache: {report.cache_dir or 'none (no writable folder)'}")

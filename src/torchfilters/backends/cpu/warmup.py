@@ -130,6 +130,11 @@ def _calls(dtype: torch.dtype) -> Iterator[tuple[str, Callable[[], object]]]:
             2, lambda: tf.canny(torch.rand(1, 96, 40).to(dtype)))
         yield "canny use_quantiles", lambda: tf.canny(torch.rand(2, 16, 16).to(dtype), use_quantiles=True,
                                                       low_threshold=0.5, high_threshold=0.8)
+        # while its fused kernel loads, canny smooths a float32 image as SciPy does, in float64
+        # 1-D Gaussian passes (``functional.canny._gaussian``): the float64 separable kernel
+        yield "canny smoothing while its kernel loads (float64 1-D Gaussians)", lambda: [
+            tf.gaussian_filter1d(torch.rand(2, 16, 16, dtype=torch.float64), 1.0, axis=a, mode="constant",
+                                 truncate=4.0) for a in (-2, -1)]
     if dtype == torch.float32:  # integer images, canny's usual input, run in float64 (scikit-image's rule)
         yield "canny of a uint8 image (float64)", lambda: tf.canny(
             torch.randint(0, 256, (1, 96, 40), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)))
@@ -192,6 +197,11 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _named(dtype: torch.dtype, label: str) -> str:
+    """A call's label for ``progress``: its dtype first."""
+    return f"{_dtype_name(dtype)} {label}"
+
+
 def _label_op(label: str) -> str:
     """The op a call's label names (its first word)."""
     return label.split(" ", 1)[0]
@@ -215,18 +225,31 @@ def _run_call(dtype_name: str, index: int) -> tuple[int, int]:
     return after[0] - before[0], after[1] - before[1]
 
 
-def _serve() -> None:
+#: a worker's program: the parent's ``sys.path`` (so that it imports the same torchfilters, and
+#: nothing from its working directory), then its answers on a copy of fd 1 while fd 1 itself goes
+#: to stderr (so that nothing printed, by C code either, is read as an answer)
+_WORKER = """
+import json, os, sys
+sys.path[:] = json.loads(os.environ.pop("TORCHFILTERS_WARMUP_PATH"))
+answers = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+from torchfilters.backends.cpu import warmup
+warmup._serve(answers)
+"""
+
+
+def _serve(answers) -> None:
     """A warmup worker process: runs the call named by each ``"dtype index"`` line of stdin and
-    answers ``"compiled loaded"`` on stdout."""
+    answers ``"compiled loaded"`` on ``answers``."""
     import sys
 
-    answers, sys.stdout = sys.stdout, sys.stderr  # (anything else printed stays off the answers)
     for line in sys.stdin:
         name, index = line.split()
         print(*_run_call(name, int(index)), file=answers, flush=True)
 
 
-def _in_workers(todo, jobs, progress, named) -> tuple[int, int]:
+def _in_workers(todo, jobs, progress) -> tuple[int, int]:
     """Run the calls ``todo`` in ``jobs`` worker processes (plain ``python -c`` interpreters, so
     a caller's script is never imported again, main guard or not), each fed the next call when
     it finishes one; returns the kernels they compiled and loaded."""
@@ -236,14 +259,17 @@ def _in_workers(todo, jobs, progress, named) -> tuple[int, int]:
     import tempfile
     import threading
 
+    import json
+
     tasks = queue.SimpleQueue()
     for t in todo:
         tasks.put(t)
     done = queue.SimpleQueue()
+    stop = threading.Event()
     procs, logs = [], []
 
     def drive(proc):
-        while True:
+        while not stop.is_set():
             try:
                 dtype, i, label = tasks.get_nowait()
             except queue.Empty:
@@ -252,9 +278,9 @@ def _in_workers(todo, jobs, progress, named) -> tuple[int, int]:
                 proc.stdin.write(f"{_dtype_name(dtype)} {i}\n")
                 proc.stdin.flush()
                 answer = proc.stdout.readline().split()
-            except OSError:  # (a worker that died: its pipe is closed)
+            except (OSError, ValueError):  # (a worker that died, or the run stopped: pipes closed)
                 answer = []
-            done.put((named(dtype, label), answer))
+            done.put((_named(dtype, label), proc, answer))
             if len(answer) != 2:
                 return
 
@@ -264,23 +290,24 @@ def _in_workers(todo, jobs, progress, named) -> tuple[int, int]:
         for _ in range(min(jobs, len(todo))):
             logs.append(tempfile.TemporaryFile("w+"))
             procs.append(subprocess.Popen(
-                [sys.executable, "-c", "from torchfilters.backends.cpu import warmup; warmup._serve()"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[-1], text=True, bufsize=1))
+                [sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[-1],
+                text=True, bufsize=1, env={**os.environ, "TORCHFILTERS_WARMUP_PATH": json.dumps(sys.path)}))
             threading.Thread(target=drive, args=(procs[-1],), daemon=True, name="torchfilters-warmup").start()
         for _ in todo:
-            label, answer = done.get()
+            label, proc, answer = done.get()
             if len(answer) != 2:
-                tail = ""
-                for log in logs:
-                    log.seek(0)
-                    tail += log.read()[-2000:]
-                raise RuntimeError(f"a warmup worker failed in {label!r}:\n{tail}")
+                log = logs[procs.index(proc)]
+                log.seek(0)
+                code = proc.wait()
+                how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+                raise RuntimeError(f"a warmup worker failed in {label!r} ({how}):\n{log.read()[-3000:]}".rstrip())
             compiled += int(answer[0])
             loaded += int(answer[1])
             if progress is not None:
                 progress(label)
         finished = True
     finally:
+        stop.set()
         for p in procs:
             with contextlib.suppress(OSError):
                 p.stdin.close()  # (end of input: a worker returns when its call is done)
@@ -301,6 +328,36 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def _plan(dtypes: Iterable[torch.dtype], jobs: int, only: Optional[Iterable[str]]) -> list:
+    """:func:`warmup`'s arguments checked (its ``Raises``, but RuntimeError), and its calls:
+    ``(dtype, index, label)``."""
+    import operator
+
+    dtypes = list(dtypes)
+    for dtype in dtypes:
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}; got {dtype}")
+    try:
+        if isinstance(jobs, bool):
+            raise TypeError
+        jobs = operator.index(jobs)
+    except TypeError:
+        raise TypeError(f"jobs must be an int; got {type(jobs).__name__}") from None
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1; got {jobs}")
+    # every call's (dtype, index, label); ``only`` keeps those of the ops named
+    todo = [(dtype, i, label) for dtype in dtypes for i, (label, _) in enumerate(_calls(dtype))]
+    if only is not None:
+        wanted = {only} if isinstance(only, (str, bytes)) else set(only)
+        ops = {_label_op(label) for _, _, label in todo}
+        unknown = sorted(map(repr, wanted - ops))
+        if unknown:
+            raise ValueError(f"only: {', '.join(unknown)} {'is not an op' if len(unknown) == 1 else 'are not ops'} "
+                             f"of the warmup; its ops: {', '.join(sorted(ops))}")
+        todo = [t for t in todo if _label_op(t[2]) in wanted]
+    return todo
+
+
 def warmup(dtypes: Iterable[torch.dtype] = (torch.float32,), progress: Optional[Callable[[str], None]] = None, *,
            jobs: int = 1, only: Optional[Iterable[str]] = None) -> WarmupReport:
     """Compile every CPU kernel for ``dtypes`` into the disk cache (loaded, not compiled, later).
@@ -318,39 +375,18 @@ def warmup(dtypes: Iterable[torch.dtype] = (torch.float32,), progress: Optional[
 
     Returns:
         A :class:`WarmupReport`: the number of calls, of kernels compiled and of kernels
-        loaded from the cache (in every process), the time taken and the cache folder.
+        loaded from the cache (in every process: with ``jobs > 1``, a kernel one worker compiled
+        and another then loaded counts in both), the time taken and the cache folder.
 
     Raises:
         ValueError: a dtype the engine does not run, ``jobs`` below 1, or a name in ``only``
-            that is not an op of the warmup.
+            that is not an op of the warmup (checked before any call).
         TypeError: ``jobs`` not an integer.
+        RuntimeError: a worker process failed (``jobs > 1``): the call, its exit status and
+            the end of its stderr.
     """
-    import operator
-
     t0 = time.perf_counter()
-    dtypes = list(dtypes)
-    for dtype in dtypes:
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}; got {dtype}")
-    try:
-        jobs = operator.index(jobs)
-    except TypeError:
-        raise TypeError(f"jobs must be an int; got {type(jobs).__name__}") from None
-    if jobs < 1:
-        raise ValueError(f"jobs must be at least 1; got {jobs}")
-    # every call's (dtype, index, label); ``only`` keeps those of the ops named
-    todo = [(dtype, i, label) for dtype in dtypes for i, (label, _) in enumerate(_calls(dtype))]
-    if only is not None:
-        wanted = {only} if isinstance(only, str) else set(only)
-        ops = {_label_op(label) for _, _, label in todo}
-        unknown = sorted(map(str, wanted - ops))
-        if unknown:
-            raise ValueError(f"only: {', '.join(unknown)} {'is not an op' if len(unknown) == 1 else 'are not ops'} "
-                             f"of the warmup; its ops: {', '.join(sorted(ops))}")
-        todo = [t for t in todo if _label_op(t[2]) in wanted]
-
-    def named(dtype, label):
-        return f"{_dtype_name(dtype)} {label}"
+    todo = _plan(dtypes, jobs, only)
 
     if jobs == 1:
         before = _counts()
@@ -360,10 +396,10 @@ def warmup(dtypes: Iterable[torch.dtype] = (torch.float32,), progress: Optional[
                 if dtype not in calls:
                     calls[dtype] = [c for _, c in _calls(dtype)]
                 if progress is not None:
-                    progress(named(dtype, label))
+                    progress(_named(dtype, label))
                 calls[dtype][i]()
         after = _counts()
         compiled, loaded = after[0] - before[0], after[1] - before[1]
     else:
-        compiled, loaded = _in_workers(todo, jobs, progress, named)
+        compiled, loaded = _in_workers(todo, jobs, progress)
     return WarmupReport(len(todo), compiled, loaded, time.perf_counter() - t0, cache.cache_dir())
