@@ -248,7 +248,6 @@ def _warmup(args: argparse.Namespace) -> int:
     from torchfilters.backends.cpu import warmup as wu
 
     from .common import progress_bar
-
     from .outputs import signals_raise
 
     names = args.dtype or ["float32"]

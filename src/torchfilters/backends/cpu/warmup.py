@@ -207,17 +207,16 @@ def _label_op(label: str) -> str:
     return label.split(" ", 1)[0]
 
 
-#: a worker process's calls per dtype (built once: their closures hold the inputs)
-_WORKER_CALLS: dict = {}
+#: this process's calls per dtype, built on first use (their closures hold the inputs)
+_CALLS: dict = {}
 
 
-def _run_call(dtype_name: str, index: int) -> tuple[int, int]:
-    """Run call ``index`` of ``dtype_name``'s warmup in this (worker) process; returns the kernels
-    it compiled and loaded."""
-    dtype = getattr(torch, dtype_name)
-    calls = _WORKER_CALLS.get(dtype)
+def _run_call(dtype: torch.dtype, index: int) -> tuple[int, int]:
+    """Run call ``index`` of ``dtype``'s warmup in this process (compiling its kernels here, not in
+    the background); returns the kernels it compiled and loaded."""
+    calls = _CALLS.get(dtype)
     if calls is None:
-        calls = _WORKER_CALLS[dtype] = [c for _, c in _calls(dtype)]
+        calls = _CALLS[dtype] = [c for _, c in _calls(dtype)]
     before = _counts()
     with _tiered.waiting():
         calls[index]()
@@ -246,7 +245,7 @@ def _serve(answers) -> None:
 
     for line in sys.stdin:
         name, index = line.split()
-        print(*_run_call(name, int(index)), file=answers, flush=True)
+        print(*_run_call(getattr(torch, name), int(index)), file=answers, flush=True)
 
 
 def _in_workers(todo, jobs, progress) -> tuple[int, int]:
@@ -255,11 +254,10 @@ def _in_workers(todo, jobs, progress) -> tuple[int, int]:
     it finishes one; returns the kernels they compiled and loaded."""
     import queue
     import subprocess
+    import json
     import sys
     import tempfile
     import threading
-
-    import json
 
     tasks = queue.SimpleQueue()
     for t in todo:
@@ -387,19 +385,17 @@ def warmup(dtypes: Iterable[torch.dtype] = (torch.float32,), progress: Optional[
     """
     t0 = time.perf_counter()
     todo = _plan(dtypes, jobs, only)
-
     if jobs == 1:
-        before = _counts()
-        calls = {}
-        with _tiered.waiting():  # each call compiles its kernels here, not in the background
+        compiled = loaded = 0
+        try:
             for dtype, i, label in todo:
-                if dtype not in calls:
-                    calls[dtype] = [c for _, c in _calls(dtype)]
                 if progress is not None:
                     progress(_named(dtype, label))
-                calls[dtype][i]()
-        after = _counts()
-        compiled, loaded = after[0] - before[0], after[1] - before[1]
+                c, l = _run_call(dtype, i)
+                compiled += c
+                loaded += l
+        finally:
+            _CALLS.clear()  # (their inputs)
     else:
         compiled, loaded = _in_workers(todo, jobs, progress)
     return WarmupReport(len(todo), compiled, loaded, time.perf_counter() - t0, cache.cache_dir())
