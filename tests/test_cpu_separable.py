@@ -393,7 +393,8 @@ def test_huge_radius_gradcheck(engine):
     for mode in BASE_MODES:
         for radius in (60, 2**20):
             assert torch.autograd.gradcheck(
-                lambda t: tf.gaussian_filter(t, (1.5, 2.5), radius=radius, mode=mode, cval=0.3, backend=engine), (x,))
+                lambda t: tf.gaussian_filter(t, (1.5, 2.5), radius=radius, mode=mode, cval=0.3, backend=engine), (x,),
+                fast_mode=True)  # (a random projection of the Jacobian: 2M taps a call, 2 calls instead of 40)
 
 
 def test_huge_radius_float32_and_spec_size():

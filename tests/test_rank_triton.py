@@ -289,7 +289,8 @@ def test_gradcheck_tie_free(T):
     x.requires_grad_(True)
     for fn, kw in ((tf.median_filter, {"size": 3, "mode": "reflect"}),
                    (tf.minimum_filter, {"size": (2, 3), "mode": "constant", "cval": 100.0})):
-        assert torch.autograd.gradcheck(lambda t, fn=fn, kw=kw: fn(t, backend="triton", **kw), (x,), eps=1e-3)
+        assert torch.autograd.gradcheck(lambda t, fn=fn, kw=kw: fn(t, backend="triton", **kw), (x,), eps=1e-3,
+                                        fast_mode=True)  # (a random projection: interpreted launches are slow)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "constant"])
