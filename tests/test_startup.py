@@ -103,6 +103,39 @@ def test_version_and_help_load_no_engine(argv):
     assert "heavy: []" in out, out
 
 
+def test_a_small_command_line_job_loads_no_engine(tmp_path):
+    """A job the reference engine does in well under a second (by its first file's time) never
+    loads the fused engine: numba's import and the kernels' load would cost more, slow the calls
+    (the GIL) and hold up the exit.  A larger one loads it, in the background, from its second
+    file on."""
+    import numpy as np
+
+    for k in range(2):
+        np.save(tmp_path / f"in{k}.npy", np.random.default_rng(k).random((2, 30, 40), dtype=np.float32))
+    env = {k: v for k, v in os.environ.items() if k != "TORCHFILTERS_COMPILE"}  # (the default: background)
+    out = _python(f"""
+        import sys
+        import numpy as np, torch
+        import torchfilters as tf
+        from torchfilters import cli
+        from torchfilters.cli import run
+        d = {str(tmp_path)!r}
+        ins = [d + "/in0.npy", d + "/in1.npy"]
+        assert cli.main(["edges", *ins, "--out", d + "/a", "--format", "npy", "--quiet"]) == 0
+        tf.backends.synchronize()
+        print("small:", "numba" in sys.modules, "torchfilters.backends.cpu" in sys.modules)
+        for k in range(2):
+            x = torch.from_numpy(np.load(ins[k]))
+            y = torch.from_numpy(np.load(d + f"/a/in{{k}}_edges.npy"))
+            assert torch.equal(y, tf.gradient_magnitude(x, operator="sobel", backend="reference")), k
+        run._SMALL_JOB_S = 0.0
+        assert cli.main(["edges", *ins, "--out", d + "/b", "--format", "npy", "--quiet"]) == 0
+        tf.backends.synchronize()
+        print("larger:", "numba" in sys.modules, "torchfilters.backends.cpu" in sys.modules)
+    """, env)
+    assert "small: False False" in out and "larger: True True" in out, out
+
+
 def _signatures():
     from torchfilters.backends.cpu import direct, warmup
 

@@ -23,7 +23,8 @@ cold cache; the fused speed arrives within seconds.  ``TORCHFILTERS_COMPILE=wait
 every call then runs the fused engine, compiling in the calling thread when it must (benchmarks,
 bit-for-bit comparisons between calls), as does ``torch.use_deterministic_algorithms(True)``.
 :func:`synchronize` waits for the background work.  An explicit ``backend="cpu"`` always
-compiles in the calling thread.
+compiles in the calling thread.  Under :func:`deferred_loading` (the command line's small jobs)
+calls that find the engine not imported yet run on the reference engine without loading it.
 
 The background thread is a single non-daemon thread.  At interpreter exit it finishes the job in
 hand (a kernel, the engine's import or a rerun) and takes no more; a fork waits for the
@@ -71,6 +72,8 @@ class KernelNotReady(Exception):
 _FOREGROUND = contextvars.ContextVar("torchfilters_foreground", default=False)
 #: set by :func:`waiting` (``warmup``): compile in the calling thread
 _WAIT = contextvars.ContextVar("torchfilters_wait", default=False)
+#: set by :func:`deferred_loading`: calls do not ask the background thread to import the engine
+_DEFER = contextvars.ContextVar("torchfilters_defer", default=False)
 
 _cond = threading.Condition()
 _pending: list = []  # jobs: (key, a function of no arguments)
@@ -124,6 +127,22 @@ def waiting():
         yield
     finally:
         _WAIT.reset(token)
+
+
+@contextlib.contextmanager
+def deferred_loading():
+    """Within this block, ``auto`` calls on CPU tensors made while the fused engine is not
+    imported run on the reference engine and do not ask the background thread to import it (a
+    call the reference engine would take more than about a second over still imports it and runs
+    fused).  For a process that makes a few small calls and exits, as the command line does on a
+    small job: the engine's import and its kernels' load (numba, about a second) cost more than
+    those calls, contend with them for the GIL, and the exit waits for a load in hand.  Once the
+    engine is imported, calls run as outside the block."""
+    token = _DEFER.set(True)
+    try:
+        yield
+    finally:
+        _DEFER.reset(token)
 
 
 def in_foreground() -> bool:
@@ -457,9 +476,8 @@ class _Tiered:
 
             if _reference_ns(args) > _FALLBACK_NS:  # slower than compiling: import it here
                 cpu = get("cpu")
-            else:
-                if not _submit_loading(name, args, kwargs):
-                    cpu = get("cpu")  # no background thread: import it here
+            elif not _DEFER.get() and not _submit_loading(name, args, kwargs):
+                cpu = get("cpu")  # no background thread: import it here
         if cpu:
             fn = _function("cpu", name)
             token = _FOREGROUND.set(True)

@@ -5,8 +5,10 @@ and a summary that counts complete files only."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +32,20 @@ class Job:
     param_names: list  # the op's parameters offered as options (to name them in errors)
 
 
+#: a job whose files after the first would take the reference engine less than this in all
+#: (seconds, at the first file's speed) never loads the fused CPU engine: loading it (numba's
+#: import and the kernels' cache, about a second) would cost more, slow those calls (the GIL), and
+#: hold up the exit (a load in hand is finished)
+_SMALL_JOB_S = 1.0
+
+
+def _small_job():
+    """The context the filter calls of a small job run in (``_tiered.deferred_loading``)."""
+    from torchfilters.backends import _tiered
+
+    return _tiered.deferred_loading()
+
+
 def _device(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
     import torch
 
@@ -51,7 +67,7 @@ def _probe(job: Job, device: Any, parser: argparse.ArgumentParser) -> None:
     first = None
     for shape in ((4, 5), (3, 4, 5), (2, 3, 4, 5), (2, 2, 3, 4, 5)):
         try:
-            with torch.no_grad():
+            with torch.no_grad(), _small_job():  # (tiny: never worth loading the engine)
                 job.fn(torch.zeros(shape, device=device), **kwargs)
             return
         except Exception as exc:
@@ -88,6 +104,7 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
                        leave=True)
     written = [0]  # (incremented by write_atomic with each rename)
     status = None
+    small = True  # until the first file's time says otherwise (_SMALL_JOB_S)
     try:
         with signals_raise():
             for i, (source, name) in enumerate(zip(sources, names)):
@@ -95,11 +112,14 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
                     bar.set_postfix_str(source.stem, refresh=False)
                 try:
                     loaded = _inputs.load(source, job.ranks)
-                    with torch.no_grad():
+                    with torch.no_grad(), _small_job() if small else contextlib.nullcontext():
+                        start = time.perf_counter()
                         try:
                             y = job.fn(loaded.tensor.to(device), **job.kwargs)
                         except Exception as exc:
                             raise InputError(f"the filter refused this input ({describe(exc)})") from None
+                        if small:
+                            small = (time.perf_counter() - start) * (len(sources) - i - 1) < _SMALL_JOB_S
                     write = encode(y.detach().cpu(), args.format, loaded.from_image, job.magnitude)
                     write_atomic(out_dir / name, write, written)
                 except DiskFull as exc:
