@@ -260,6 +260,11 @@ def test_warmup_arguments():
         wu.warmup(only=["gaussian_filter", "blur"])
     with pytest.raises(ValueError, match="dtype must be one of"):
         wu.warmup([torch.int32])
+    from torchfilters import functional
+
+    for dtype in wu.DTYPES:  # every public op has calls of its own (canny: float32 / float64 only)
+        named = {wu._label_op(label) for _, _, label in wu._plan([dtype], 1, None)}
+        assert named >= set(functional.__all__) - ({"canny"} if dtype in (torch.float16, torch.bfloat16) else set())
     r = subprocess.run([sys.executable, "-m", "torchfilters", "warmup", "--jobs", "0"], capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 2 and r.stderr == "torchfilters: error: jobs must be at least 1; got 0\n", r.stderr

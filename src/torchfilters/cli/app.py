@@ -208,8 +208,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     warm.add_argument("--dtype", action="append", choices=WARMUP_DTYPES + ("all",), metavar="DTYPE",
                       help="dtype to compile for, repeatable: %(choices)s (default: float32)")
     warm.add_argument("--only", action="append", metavar="OP",
-                      help="compile only the kernels of the warmup's calls of this op (gaussian_filter, "
-                           "median_filter, canny, ...; an unknown name lists them), repeatable (default: every op)")
+                      help="compile only the kernels of the warmup's calls of this op (any op of torchfilters.functional: "
+                           "gaussian_filter, sobel, median_filter, ...), repeatable (default: every op)")
     warm.add_argument("--jobs", "-j", type=int, metavar="N",
                       help=f"processes to compile in (default: the CPUs available, at most {WARMUP_MAX_JOBS}); "
                            "1 compiles in this process")

@@ -93,6 +93,24 @@ def _calls(dtype: torch.dtype) -> Iterator[tuple[str, Callable[[], object]]]:
         for nz in (False, True):
             yield f"selective_blur {mode} normalized={nz}", fwd_bwd(
                 lambda t, m=mode, nz=nz: tf.selective_blur(t, 0.5, mode=m, normalized=nz))
+        # every other public linear op has calls of its own, so that ``only`` takes any op's name
+        # (most share their kernels with the calls above: then they only load them)
+        for name in ("sobel", "prewitt", "scharr"):
+            for axis in (-1, -2):
+                yield f"{name} {mode} axis={axis}", fwd_bwd(
+                    lambda t, fn=getattr(tf, name), a=axis, m=mode: fn(t, a, mode=m))
+        yield f"convolve {mode}", fwd_bwd(lambda t, m=mode: tf.convolve(t, [[1.0, 2.0], [3.0, 4.0]], mode=m))
+        for axis in (-1, -2):
+            yield f"convolve1d axis={axis} {mode}", fwd_bwd(
+                lambda t, a=axis, m=mode: tf.convolve1d(t, (1.0, -2.0, 0.5), axis=a, mode=m))
+            yield f"gaussian_filter1d axis={axis} {mode}", fwd_bwd(
+                lambda t, a=axis, m=mode: tf.gaussian_filter1d(t, 1.0, axis=a, mode=m))
+            yield f"uniform_filter1d axis={axis} {mode}", fwd_bwd(
+                lambda t, a=axis, m=mode: tf.uniform_filter1d(t, 3, axis=a, mode=m))
+        yield f"uniform_filter {mode}", fwd_bwd(lambda t, m=mode: tf.uniform_filter(t, 3, mode=m))
+        yield f"gaussian_laplace {mode}", fwd_bwd(lambda t, m=mode: tf.gaussian_laplace(t, 1.0, mode=m))
+        yield f"gaussian_gradient_magnitude {mode}", fwd_bwd(
+            lambda t, m=mode: tf.gaussian_gradient_magnitude(t, 1.0, mode=m))
     # the volume engine (``volume.py``): one kernel per dtype runs every 3-axis spec, plus the blend
     # variant's masked-gradient kernel
     yield "gradient_magnitude sobel axes=(-3, -2, -1)", fwd_bwd(
@@ -115,6 +133,8 @@ def _calls(dtype: torch.dtype) -> Iterator[tuple[str, Callable[[], object]]]:
         ("rank_filter 2x3 (network)", lambda t: tf.rank_filter(t, 2, (2, 3))),
         ("median_filter footprint (selection)", lambda t: tf.median_filter(t, footprint=[[1, 0, 1], [0, 1, 1]])),
         ("maximum_filter1d", lambda t: tf.maximum_filter1d(t, 4)),
+        ("minimum_filter1d", lambda t: tf.minimum_filter1d(t, 4)),
+        ("percentile_filter 3x3", lambda t: tf.percentile_filter(t, 30, 3)),
     ):
         yield label, fwd_bwd(fn)
     yield "median_filter 9x9 (histogram)", lambda: tf.median_filter(big.requires_grad_(True), 9).sum().backward()
@@ -368,8 +388,9 @@ def warmup(dtypes: Iterable[torch.dtype] = (torch.float32,), progress: Optional[
             worker processes (fresh interpreters, up to about 0.8 GiB each), each given the next
             call when it finishes one; the cache's locks compile each kernel once between
             them.  The float32 warmup on a 2-core machine: 309 s with ``jobs=1``, 205 s with 2.
-        only: op names (``"gaussian_filter"``, ``"median_filter"``, ...) to compile for, instead
-            of every op: the kernels those ops' calls use, in every mode class and direction.
+        only: names of ops of :mod:`torchfilters.functional` (``"gaussian_filter"``, ``"sobel"``,
+            ...) to compile for, instead of every op: the kernels those ops' calls use, in every
+            mode class and direction.
 
     Returns:
         A :class:`WarmupReport`: the number of calls, of kernels compiled and of kernels
