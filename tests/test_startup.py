@@ -104,15 +104,16 @@ def test_version_and_help_load_no_engine(argv):
 
 
 def test_a_small_command_line_job_loads_no_engine(tmp_path):
-    """A job the reference engine does in well under a second (by its first file's time) never
+    """A job the reference engine does in well under a second (by its estimate of each file) never
     loads the fused engine: numba's import and the kernels' load would cost more, slow the calls
-    (the GIL) and hold up the exit.  A larger one loads it, in the background, from its second
-    file on."""
+    (the GIL) and hold up the exit.  Nor does a job with no file left after the next one, which
+    would run on the reference engine while the engine loads.  A larger one starts loading it in
+    the background after its first file."""
     import numpy as np
 
-    for k in range(2):
+    for k in range(3):
         np.save(tmp_path / f"in{k}.npy", np.random.default_rng(k).random((2, 30, 40), dtype=np.float32))
-    env = {k: v for k, v in os.environ.items() if k != "TORCHFILTERS_COMPILE"}  # (the default: background)
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHFILTERS_COMPILE", "TORCHFILTERS_BACKEND")}
     out = _python(f"""
         import sys
         import numpy as np, torch
@@ -120,20 +121,26 @@ def test_a_small_command_line_job_loads_no_engine(tmp_path):
         from torchfilters import cli
         from torchfilters.cli import run
         d = {str(tmp_path)!r}
-        ins = [d + "/in0.npy", d + "/in1.npy"]
-        assert cli.main(["edges", *ins, "--out", d + "/a", "--format", "npy", "--quiet"]) == 0
-        tf.backends.synchronize()
-        print("small:", "numba" in sys.modules, "torchfilters.backends.cpu" in sys.modules)
-        for k in range(2):
+        ins = [d + f"/in{{k}}.npy" for k in range(3)]
+        def job(out, files):
+            assert cli.main(["edges", *files, "--out", d + out, "--format", "npy", "--quiet"]) == 0
+            tf.backends.synchronize()
+            return "numba" in sys.modules, "torchfilters.backends.cpu" in sys.modules
+        print("small:", *job("/a", ins))
+        for k in range(3):
             x = torch.from_numpy(np.load(ins[k]))
             y = torch.from_numpy(np.load(d + f"/a/in{{k}}_edges.npy"))
             assert torch.equal(y, tf.gradient_magnitude(x, operator="sobel", backend="reference")), k
-        run._SMALL_JOB_S = 0.0
-        assert cli.main(["edges", *ins, "--out", d + "/b", "--format", "npy", "--quiet"]) == 0
-        tf.backends.synchronize()
-        print("larger:", "numba" in sys.modules, "torchfilters.backends.cpu" in sys.modules)
+        run._SMALL_JOB_S = 1e-12  # (any file is worth loading the engine for ...)
+        print("nothing after the next:", *job("/b", ins[:2]))  # (... with a file left after the next)
+        print("larger:", *job("/c", ins))
+        for k in range(3):
+            x = torch.from_numpy(np.load(ins[k]))
+            y = torch.from_numpy(np.load(d + f"/c/in{{k}}_edges.npy"))
+            torch.testing.assert_close(y, tf.gradient_magnitude(x, operator="sobel", backend="reference"))
     """, env)
-    assert "small: False False" in out and "larger: True True" in out, out
+    assert "small: False False" in out and "nothing after the next: False False" in out, out
+    assert "larger: True True" in out, out
 
 
 def _signatures():

@@ -72,8 +72,9 @@ class KernelNotReady(Exception):
 _FOREGROUND = contextvars.ContextVar("torchfilters_foreground", default=False)
 #: set by :func:`waiting` (``warmup``): compile in the calling thread
 _WAIT = contextvars.ContextVar("torchfilters_wait", default=False)
-#: set by :func:`deferred_loading`: calls do not ask the background thread to import the engine
-_DEFER = contextvars.ContextVar("torchfilters_defer", default=False)
+#: set by :func:`deferred_loading` (to its list of estimates): calls do not ask the background
+#: thread to import the engine
+_DEFER = contextvars.ContextVar("torchfilters_defer", default=None)
 
 _cond = threading.Condition()
 _pending: list = []  # jobs: (key, a function of no arguments)
@@ -137,12 +138,30 @@ def deferred_loading():
     fused).  For a process that makes a few small calls and exits, as the command line does on a
     small job: the engine's import and its kernels' load (numba, about a second) cost more than
     those calls, contend with them for the GIL, and the exit waits for a load in hand.  Once the
-    engine is imported, calls run as outside the block."""
-    token = _DEFER.set(True)
+    engine is imported, calls run as outside the block.
+
+    Yields the list of the reference engine's estimated times (nanoseconds,
+    :func:`_reference_ns`) of the calls the block ran there instead of asking for the engine:
+    what the caller weighs against loading it (:func:`load_in_background`)."""
+    spent: list = []
+    token = _DEFER.set(spent)
     try:
-        yield
+        yield spent
     finally:
         _DEFER.reset(token)
+
+
+def load_in_background() -> None:
+    """Ask the background thread to import the CPU engine now, ahead of the calls that will use
+    it (the command line, once a job proves large enough to pay for it).  Nothing happens where
+    the engine is imported or queued already, outside the default compile mode (``wait`` loads
+    it in the first call), or where no thread can start (then the next call imports it)."""
+    if _loaded_cpu() is not None or not background():
+        return
+    with _cond:
+        if "engine" in _keys:
+            return
+    _submit_new("engine", _load_engine)
 
 
 def in_foreground() -> bool:
@@ -474,9 +493,13 @@ class _Tiered:
         if cpu is None:
             from . import get
 
-            if _reference_ns(args) > _FALLBACK_NS:  # slower than compiling: import it here
+            ns = _reference_ns(args)
+            deferred = _DEFER.get()
+            if ns > _FALLBACK_NS:  # slower than compiling: import it here
                 cpu = get("cpu")
-            elif not _DEFER.get() and not _submit_loading(name, args, kwargs):
+            elif deferred is not None:
+                deferred.append(ns)
+            elif not _submit_loading(name, args, kwargs):
                 cpu = get("cpu")  # no background thread: import it here
         if cpu:
             fn = _function("cpu", name)
@@ -525,18 +548,40 @@ def _leaves(t) -> int:
     return sum(_leaves(u) for u in t) if isinstance(t, tuple) else 1
 
 
+#: tensors of more bytes than this (past the last-level cache) take the reference engine about
+#: 1.7 times as long per element (:func:`_reference_ns`)
+_LARGE_BYTES = 16 << 20
+
+
+def _stencil_ns(st) -> float:
+    """Nanoseconds per element of one stencil on the reference engine: a pass of a separable
+    stencil 8 + 0.8 per tap, a dense stencil 8 + 1.6 per tap, and 5 for the stencil's sum."""
+    if st.kind == "sep":
+        return 5.0 + sum(8.0 + 0.8 * len(p.taps) for p in st.passes)
+    return 5.0 + 8.0 + 1.6 * _leaves(st.taps)
+
+
 def _reference_ns(args) -> float:
-    """About how long the reference engine takes for a call with these arguments, measured on a
-    2-core machine: 1.5 ns per element and tap of a linear filter, 30 per element and window
-    element of a rank filter, 400 per element of Canny's edge stage."""
-    n = max((a.numel() for a in args if isinstance(a, torch.Tensor)), default=0)
+    """About how long the reference engine takes for a call with these arguments (nanoseconds).
+    Measured on a 2-core AMD Zen 1 host at 2.0 GHz, float32, 65K to 12.6M elements, within about
+    30% for linear filters (2026-12-07; the model before counted 1.5 ns per tap and missed the
+    passes, up to 8x low for a gradient magnitude on a large image).
+    Linear filters: :func:`_stencil_ns` per element, times 1.7 past ``_LARGE_BYTES``.  Selective
+    blur: 2.2 per element and tap, the same factor.  Rank filters: 28 per element and window
+    element, times ``sqrt(window / 9)`` past 9 (the sort grows faster than the window: 43 at 7x7,
+    about 120 at 15x15).  Anything else (Canny's edge stage): 400 per element."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    big = max(tensors, key=lambda t: t.numel(), default=None)
+    n = 0 if big is None else big.numel()
+    large = 1.7 if n * (big.element_size() if big is not None else 0) > _LARGE_BYTES else 1.0
     for a in args:
         if isinstance(a, FilterSpec):
-            return n * 1.5 * sum(_taps(st) for st in a.stencils)
+            return n * large * sum(_stencil_ns(st) for st in a.stencils)
         if isinstance(a, BlurSpec):
-            return n * 3.0 * _taps(a.stencil)
+            return n * large * 2.2 * _taps(a.stencil)
         if isinstance(a, RankSpec):
-            return n * 30.0 * _leaves(a.footprint)
+            w = _leaves(a.footprint)
+            return n * 28.0 * w * max(1.0, w / 9.0) ** 0.5
     return n * 400.0
 
 

@@ -8,7 +8,6 @@ import argparse
 import contextlib
 import signal
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -32,18 +31,26 @@ class Job:
     param_names: list  # the op's parameters offered as options (to name them in errors)
 
 
-#: a job whose files after the first would take the reference engine less than this in all
-#: (seconds, at the first file's speed) never loads the fused CPU engine: loading it (numba's
-#: import and the kernels' cache, about a second) would cost more, slow those calls (the GIL), and
-#: hold up the exit (a load in hand is finished)
+#: the fused CPU engine loads (in the background) once the reference engine's estimated time for
+#: a file, times the files left after the next one, reaches this (seconds).  Loading it (numba's
+#: import and the kernels' cache, about a second) costs more than a smaller job's filtering, slows
+#: the calls meanwhile (the GIL) and holds up the exit (a load in hand is finished); the next file
+#: runs on the reference engine while it loads, so it pays only from the file after that on
 _SMALL_JOB_S = 1.0
 
 
 def _small_job():
-    """The context the filter calls of a small job run in (``_tiered.deferred_loading``)."""
+    """The context the filter calls of a small job run in: ``_tiered.deferred_loading``, which
+    yields the reference engine's estimated nanoseconds of the calls it ran."""
     from torchfilters.backends import _tiered
 
     return _tiered.deferred_loading()
+
+
+def _load_engine_now() -> None:
+    from torchfilters.backends import _tiered
+
+    _tiered.load_in_background()
 
 
 def _device(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
@@ -104,7 +111,7 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
                        leave=True)
     written = [0]  # (incremented by write_atomic with each rename)
     status = None
-    small = True  # until the first file's time says otherwise (_SMALL_JOB_S)
+    small = True  # until a file's estimated time says the job is large (_SMALL_JOB_S)
     try:
         with signals_raise():
             for i, (source, name) in enumerate(zip(sources, names)):
@@ -112,14 +119,14 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
                     bar.set_postfix_str(source.stem, refresh=False)
                 try:
                     loaded = _inputs.load(source, job.ranks)
-                    with torch.no_grad(), _small_job() if small else contextlib.nullcontext():
-                        start = time.perf_counter()
+                    with torch.no_grad(), _small_job() if small else contextlib.nullcontext() as spent:
                         try:
                             y = job.fn(loaded.tensor.to(device), **job.kwargs)
                         except Exception as exc:
                             raise InputError(f"the filter refused this input ({describe(exc)})") from None
-                        if small:
-                            small = (time.perf_counter() - start) * (len(sources) - i - 1) < _SMALL_JOB_S
+                    if spent is not None and sum(spent) * 1e-9 * (len(sources) - i - 2) >= _SMALL_JOB_S:
+                        small = False
+                        _load_engine_now()  # (before this file is encoded and written)
                     write = encode(y.detach().cpu(), args.format, loaded.from_image, job.magnitude)
                     write_atomic(out_dir / name, write, written)
                 except DiskFull as exc:
