@@ -562,26 +562,33 @@ def _stencil_ns(st) -> float:
 
 
 def _reference_ns(args) -> float:
-    """About how long the reference engine takes for a call with these arguments (nanoseconds).
-    Measured on a 2-core AMD Zen 1 host at 2.0 GHz, float32, 65K to 12.6M elements, within about
-    30% for linear filters (2026-12-07; the model before counted 1.5 ns per tap and missed the
-    passes, up to 8x low for a gradient magnitude on a large image).
-    Linear filters: :func:`_stencil_ns` per element, times 1.7 past ``_LARGE_BYTES``.  Selective
-    blur: 2.2 per element and tap, the same factor.  Rank filters: 28 per element and window
-    element, times ``sqrt(window / 9)`` past 9 (the sort grows faster than the window: 43 at 7x7,
-    about 120 at 15x15).  Anything else (Canny's edge stage): 400 per element."""
+    """About how long the reference engine takes for a call with these arguments (nanoseconds):
+    the larger of two models, so that no call is estimated lower than by the first.
+
+    * The first counted 1.5 per element and tap of a linear filter, 3.0 of a selective blur and
+      30 per element and window element of a rank filter.  It holds for wide stencils (a
+      Gaussian of sigma 600 or more on a small image costs about 15 per tap: its padding) and
+      misses the passes of short ones.
+    * The second, measured on a 2-core AMD Zen 1 host at 2.0 GHz (2026-12-07; 2-D, float32, 65K to
+      12.6M elements, within about 30% there): :func:`_stencil_ns` per element, times 1.7 past
+      ``_LARGE_BYTES`` (a gradient magnitude of a large image: 8x the first model); selective
+      blur 2.2 per tap, the same factor; rank filters 28 per window element, times
+      ``sqrt(window / 49)`` past 49 (15x15: about 120 measured).
+
+    Both are low for 3-D stencils and backward calls (up to 5-10x, by a review); anything else
+    (Canny's edge stage): 400 per element."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     big = max(tensors, key=lambda t: t.numel(), default=None)
     n = 0 if big is None else big.numel()
     large = 1.7 if n * (big.element_size() if big is not None else 0) > _LARGE_BYTES else 1.0
     for a in args:
         if isinstance(a, FilterSpec):
-            return n * large * sum(_stencil_ns(st) for st in a.stencils)
+            return n * max(1.5 * sum(_taps(st) for st in a.stencils), large * sum(_stencil_ns(st) for st in a.stencils))
         if isinstance(a, BlurSpec):
-            return n * large * 2.2 * _taps(a.stencil)
+            return n * _taps(a.stencil) * max(3.0, large * 2.2)
         if isinstance(a, RankSpec):
             w = _leaves(a.footprint)
-            return n * 28.0 * w * max(1.0, w / 9.0) ** 0.5
+            return n * w * max(30.0, 28.0 * (w / 49.0) ** 0.5)
     return n * 400.0
 
 
