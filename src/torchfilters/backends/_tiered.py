@@ -156,12 +156,8 @@ def load_in_background() -> None:
     it (the command line, once a job proves large enough to pay for it).  Nothing happens where
     the engine is imported or queued already, outside the default compile mode (``wait`` loads
     it in the first call), or where no thread can start (then the next call imports it)."""
-    if _loaded_cpu() is not None or not background():
-        return
-    with _cond:
-        if "engine" in _keys:
-            return
-    _submit_new("engine", _load_engine)
+    if _loaded_cpu() is None and background():
+        _submit_new("engine", _load_engine)  # (a no-op where the engine's job is queued already)
 
 
 def in_foreground() -> bool:

@@ -39,20 +39,6 @@ class Job:
 _SMALL_JOB_S = 1.0
 
 
-def _small_job():
-    """The context the filter calls of a small job run in: ``_tiered.deferred_loading``, which
-    yields the reference engine's estimated nanoseconds of the calls it ran."""
-    from torchfilters.backends import _tiered
-
-    return _tiered.deferred_loading()
-
-
-def _load_engine_now() -> None:
-    from torchfilters.backends import _tiered
-
-    _tiered.load_in_background()
-
-
 def _device(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Any:
     import torch
 
@@ -69,12 +55,13 @@ def _probe(job: Job, device: Any, parser: argparse.ArgumentParser) -> None:
     option, not the same error for every input.  Options are refused only when every rank
     from 2 to 5 refuses them (``--axis 0`` is fine for a 2-D image, not for a batch)."""
     import torch
+    from torchfilters.backends import _tiered
 
     kwargs = {k: v for k, v in job.kwargs.items() if k != "mask"}  # a mask fits the inputs, not the probe
     first = None
     for shape in ((4, 5), (3, 4, 5), (2, 3, 4, 5), (2, 2, 3, 4, 5)):
         try:
-            with torch.no_grad(), _small_job():  # (tiny: never worth loading the engine)
+            with torch.no_grad(), _tiered.deferred_loading():  # (tiny: never worth loading the engine)
                 job.fn(torch.zeros(shape, device=device), **kwargs)
             return
         except Exception as exc:
@@ -85,6 +72,7 @@ def _probe(job: Job, device: Any, parser: argparse.ArgumentParser) -> None:
 def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Job) -> int:
     """Filter every INPUT of ``args`` with ``job``; the exit status."""
     import torch
+    from torchfilters.backends import _tiered
 
     device = _device(args, parser)
     job.kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in job.kwargs.items()}
@@ -119,14 +107,15 @@ def run_files(args: argparse.Namespace, parser: argparse.ArgumentParser, job: Jo
                     bar.set_postfix_str(source.stem, refresh=False)
                 try:
                     loaded = _inputs.load(source, job.ranks)
-                    with torch.no_grad(), _small_job() if small else contextlib.nullcontext() as spent:
+                    # (``spent``: the reference engine's estimated nanoseconds of the calls it ran)
+                    with torch.no_grad(), _tiered.deferred_loading() if small else contextlib.nullcontext() as spent:
                         try:
                             y = job.fn(loaded.tensor.to(device), **job.kwargs)
                         except Exception as exc:
                             raise InputError(f"the filter refused this input ({describe(exc)})") from None
                     if spent is not None and sum(spent) * 1e-9 * (len(sources) - i - 2) >= _SMALL_JOB_S:
                         small = False
-                        _load_engine_now()  # (before this file is encoded and written)
+                        _tiered.load_in_background()  # (before this file is encoded and written)
                     write = encode(y.detach().cpu(), args.format, loaded.from_image, job.magnitude)
                     write_atomic(out_dir / name, write, written)
                 except DiskFull as exc:
