@@ -562,8 +562,7 @@ def _reference_ns(args) -> float:
     the larger of two models, so that no call is estimated lower than by the first.
 
     * The first counted 1.5 per element and tap of a linear filter, 3.0 of a selective blur and
-      30 per element and window element of a rank filter.  It holds for wide stencils (a
-      Gaussian of sigma 600 or more on a small image costs about 15 per tap: its padding) and
+      30 per element and window element of a rank filter.  It holds for wide stencils and
       misses the passes of short ones.
     * The second, measured on a 2-core AMD Zen 1 host at 2.0 GHz (2026-12-07; 2-D, float32, 65K to
       12.6M elements, within about 30% there): :func:`_stencil_ns` per element, times 1.7 past
@@ -573,12 +572,22 @@ def _reference_ns(args) -> float:
 
     On the quiet host 3-D stencils and backward calls took at most their estimate (a 96^3 3-D
     Gaussian 31-43 ms against 45-68 ms; a backward at most its forward's time); a review under
-    heavy load measured them at 5-10x.  Anything else (Canny's edge stage): 400 per element."""
+    heavy load measured them at 5-10x.  Anything else (Canny's edge stage): 400 per element.
+    Taps are counted after folding (a pass that reaches far past the image is folded onto its
+    period, as every engine runs it): ``gaussian_filter`` of sigma 1000 on 256x256 runs 8001-tap
+    passes as 512-tap ones, 0.05 s on the reference engine, which the unfolded count put at
+    1.6 s (over ``_FALLBACK_NS``: a needless compile in the call)."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     big = max(tensors, key=lambda t: t.numel(), default=None)
     n = 0 if big is None else big.numel()
     large = 1.7 if n * (big.element_size() if big is not None else 0) > _LARGE_BYTES else 1.0
     for a in args:
+        if isinstance(a, (FilterSpec, BlurSpec)) and big is not None and big.dim() >= a.ndim:
+            # the taps the engines run: a pass reaching far past the image is folded onto its
+            # period first (``_lowering.lower``, cached: the engine's own call finds it done)
+            from ._lowering import lower
+
+            a = lower(a, big.shape)
         if isinstance(a, FilterSpec):
             return n * max(1.5 * sum(_taps(st) for st in a.stencils), large * sum(_stencil_ns(st) for st in a.stencils))
         if isinstance(a, BlurSpec):
