@@ -267,7 +267,12 @@ def test_warmup_arguments():
         assert named >= set(functional.__all__) - ({"canny"} if dtype in (torch.float16, torch.bfloat16) else set())
     r = subprocess.run([sys.executable, "-m", "torchfilters", "warmup", "--jobs", "0"], capture_output=True,
                        text=True, timeout=300)
-    assert r.returncode == 2 and r.stderr == "torchfilters: error: jobs must be at least 1; got 0\n", r.stderr
+    assert r.returncode == 2 and r.stderr == "torchfilters: error: argument --jobs/-j: must be at least 1; got 0\n", \
+        r.stderr
+    r = subprocess.run([sys.executable, "-m", "torchfilters", "warmup", "--only", "blur"], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.startswith(
+        "torchfilters: error: argument --only: 'blur' is not an op of the warmup; its ops: canny, "), r.stderr
 
 
 def test_a_save_cut_short_never_leaves_an_index_naming_an_older_kernel(tmp_path, monkeypatch):

@@ -231,6 +231,21 @@ def _short_form_options(p: argparse.ArgumentParser, spec: dict) -> None:
 # ------------------------------------------------------------------ running
 
 
+#: ``warmup()``'s parameters and the options that give them
+_WARMUP_OPTIONS = {"only": "--only", "jobs": "--jobs/-j"}
+
+
+def _warmup_option_error(message: str) -> str:
+    """A ``warmup()`` argument error in the command's words, as argparse words its own:
+    ``only: 'x' is not an op ...`` -> ``argument --only: 'x' is not an op ...``, ``jobs must be at
+    least 1; got 0`` -> ``argument --jobs/-j: must be at least 1; got 0``."""
+    for name, option in _WARMUP_OPTIONS.items():
+        for sep in (": ", " "):
+            if message.startswith(name + sep):
+                return f"argument {option}: {message[len(name) + len(sep):]}"
+    return message
+
+
 def _warmup(args: argparse.Namespace) -> int:
     import torch
 
@@ -257,7 +272,7 @@ def _warmup(args: argparse.Namespace) -> int:
     try:
         wu._plan(dtypes, jobs, args.only)  # (bad options: a usage error, before anything runs)
     except ValueError as exc:
-        error(str(exc))
+        error(_warmup_option_error(str(exc)))
         return 2
     bar = progress_bar(None, f"{PROG} warmup", " calls", not args.quiet)
 
