@@ -232,6 +232,11 @@ def test_costly_calls_compile_instead_of_running_on_the_reference_engine(monkeyp
     assert len(ran) == 3
     big = torch.rand(1024, 1024)
     assert _tiered._reference_ns((big, _tiered_rank_spec(big, 9))) > _tiered._FALLBACK_NS
+    # float64 takes the reference engine 1.4-2x as long as float32 (16-bit: as float32): a 3x3
+    # median of 3x1024x1024 is 0.75-0.8 s in float32, 1.1 s in float64 (Zen 1)
+    x32, x64 = torch.empty(3, 1024, 1024), torch.empty(3, 1024, 1024, dtype=torch.float64)
+    spec = _tiered_rank_spec(x32, 3)
+    assert _tiered._reference_ns((x32, spec)) < _tiered._FALLBACK_NS < _tiered._reference_ns((x64, spec))
     y = tf.median_filter(big, 9)
     assert len(ran) == 3  # costly: the fused engine, compiled in the call
     assert torch.equal(y, tf.median_filter(big, 9, backend="cpu"))

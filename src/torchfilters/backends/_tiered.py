@@ -549,6 +549,11 @@ def _leaves(t) -> int:
 _LARGE_BYTES = 16 << 20
 
 
+#: float64 calls take the reference engine this many times as long as float32 ones (linear
+#: filters 1.4-2.4x, rank filters 1.4x; 16-bit ones about as long as float32: Zen 1, 2026-12-08)
+_F64_LINEAR, _F64_RANK = 1.8, 1.4
+
+
 def _stencil_ns(st) -> float:
     """Nanoseconds per element of one stencil on the reference engine: a pass of a separable
     stencil 8 + 0.8 per tap, a dense stencil 8 + 1.6 per tap, and 5 for the stencil's sum."""
@@ -568,7 +573,8 @@ def _reference_ns(args) -> float:
       12.6M elements, within about 30% there): :func:`_stencil_ns` per element, times 1.7 past
       ``_LARGE_BYTES`` (a gradient magnitude of a large image: 8x the first model); selective
       blur 2.2 per tap, the same factor; rank filters 28 per window element, times
-      ``sqrt(window / 49)`` past 49 (15x15: about 120 measured).
+      ``sqrt(window / 49)`` past 49 (15x15: about 120 measured); float64 times ``_F64_LINEAR``
+      (rank filters ``_F64_RANK``).
 
     On the quiet host 3-D stencils and backward calls took at most their estimate (a 96^3 3-D
     Gaussian 31-43 ms against 45-68 ms; a backward at most its forward's time); a review under
@@ -580,7 +586,9 @@ def _reference_ns(args) -> float:
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     big = max(tensors, key=lambda t: t.numel(), default=None)
     n = 0 if big is None else big.numel()
-    large = 1.7 if n * (big.element_size() if big is not None else 0) > _LARGE_BYTES else 1.0
+    size = big.element_size() if big is not None else 0
+    large = 1.7 if n * size > _LARGE_BYTES else 1.0
+    wide = size == 8  # float64: _F64_LINEAR / _F64_RANK times as long
     for a in args:
         if isinstance(a, (FilterSpec, BlurSpec)) and big is not None and big.dim() >= a.ndim:
             # the taps the engines run: a pass reaching far past the image is folded onto its
@@ -588,13 +596,15 @@ def _reference_ns(args) -> float:
             from ._lowering import lower
 
             a = lower(a, big.shape)
+        f = _F64_LINEAR if wide else 1.0
         if isinstance(a, FilterSpec):
-            return n * max(1.5 * sum(_taps(st) for st in a.stencils), large * sum(_stencil_ns(st) for st in a.stencils))
+            return n * max(1.5 * sum(_taps(st) for st in a.stencils),
+                           f * large * sum(_stencil_ns(st) for st in a.stencils))
         if isinstance(a, BlurSpec):
-            return n * _taps(a.stencil) * max(3.0, large * 2.2)
+            return n * _taps(a.stencil) * max(3.0, f * large * 2.2)
         if isinstance(a, RankSpec):
             w = _leaves(a.footprint)
-            return n * w * max(30.0, 28.0 * (w / 49.0) ** 0.5)
+            return n * w * (_F64_RANK if wide else 1.0) * max(30.0, 28.0 * (w / 49.0) ** 0.5)
     return n * 400.0
 
 
