@@ -590,7 +590,7 @@ def _reference_ns(args) -> float:
     large = 1.7 if n * size > _LARGE_BYTES else 1.0
     wide = size == 8  # float64: _F64_LINEAR / _F64_RANK times as long
     for a in args:
-        if isinstance(a, (FilterSpec, BlurSpec)) and big is not None and big.dim() >= a.ndim:
+        if isinstance(a, (FilterSpec, BlurSpec)) and n and big.dim() >= a.ndim:
             # the taps the engines run: a pass reaching far past the image is folded onto its
             # period first (``_lowering.lower``, cached: the engine's own call finds it done)
             from ._lowering import lower

@@ -236,7 +236,7 @@ _WARMUP_OPTIONS = {"only": "--only", "jobs": "--jobs/-j"}
 
 
 def _warmup_option_error(message: str) -> str:
-    """A ``warmup()`` argument error in the command's words, as argparse words its own:
+    """A ``warmup()`` argument error naming the option, in the words of argparse's errors:
     ``only: 'x' is not an op ...`` -> ``argument --only: 'x' is not an op ...``, ``jobs must be at
     least 1; got 0`` -> ``argument --jobs/-j: must be at least 1; got 0``."""
     for name, option in _WARMUP_OPTIONS.items():
