@@ -441,6 +441,20 @@ def test_version_imports_no_torch():
     assert proc.stdout == f"torchfilters {version('torchfilters')}\n0 False\n", proc.stderr
 
 
+@pytest.mark.parametrize("argv, status", [(["--help"], 0), (["-h"], 0), ([], 2)])
+def test_top_level_help_and_usage_import_no_torch(argv, status):
+    """``torchfilters --help`` (and a bare ``torchfilters``: the usage error) prints the parser's
+    text without importing the library (0.1 s, not torch's 2-3 s), the same text as from the
+    imported library's parser."""
+    code = (f"import sys, _torchfilters_cli; sys.argv = ['torchfilters'] + {argv!r}; "
+            "rc = _torchfilters_cli.main(); print(rc, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    want = subprocess.run([sys.executable, "-m", "torchfilters", *argv], capture_output=True, text=True, timeout=300)
+    assert want.returncode == status
+    assert (proc.stdout, proc.stderr) == (want.stdout + f"{status} False\n", want.stderr)
+    assert "COMMAND" in (want.stdout if status == 0 else want.stderr)
+
+
 def test_an_os_error_at_start_up_is_not_called_a_stdout_failure():
     """A shared library torch cannot load (an OSError of its import) is that error's traceback,
     not ``error: stdout: ...`` with the traceback lost (found by a review)."""
