@@ -75,28 +75,41 @@ def _import_app():
 _TOP_LEVEL_ONLY = ([], ["--help"], ["-h"])
 
 
-def _bare_package() -> None:
+def _bare_package() -> bool:
     """Register the ``torchfilters`` package without running its ``__init__`` (which imports
-    torch: 2-3 s), so that ``torchfilters.cli.app`` imports alone.  Only for a command line that
-    prints the top level's help or usage and exits (``_TOP_LEVEL_ONLY``): its parser names the
-    sub-commands and builds none of the ops' options, so nothing else of the package is needed,
-    and the process ends before anything could meet the bare package."""
+    torch: 2-3 s), so that ``torchfilters.cli.app`` imports alone; True if it did.  Only for a
+    command line that prints the top level's help or usage (``_TOP_LEVEL_ONLY``): its parser
+    names the sub-commands and builds none of the ops' options, so nothing else of the package
+    is needed.  :func:`main` takes the bare package out again (:func:`_forget_bare_package`)."""
     if "torchfilters" in sys.modules:  # (``python -m torchfilters``: the library is imported)
-        return
+        return False
     from importlib.util import find_spec, module_from_spec
 
     spec = find_spec("torchfilters")  # (finds the package; executes nothing)
-    if spec is not None and spec.submodule_search_locations is not None:
-        sys.modules["torchfilters"] = module_from_spec(spec)
+    if spec is None or spec.submodule_search_locations is None:
+        return False
+    sys.modules["torchfilters"] = module_from_spec(spec)
+    return True
+
+
+def _forget_bare_package() -> None:
+    """Take the bare package and the modules imported under it out of ``sys.modules``: a caller
+    that runs :func:`main` in its own process (a notebook's ``%run``, a test) and then imports
+    ``torchfilters`` gets the whole library, not the bare package (found by a review)."""
+    for name in [n for n in sys.modules if n == "torchfilters" or n.startswith("torchfilters.")]:
+        del sys.modules[name]
 
 
 def main() -> int | str | None:
     """Run the command; returns its exit status for ``sys.exit``."""
     try:
         v = version() if sys.argv[1:] == ["--version"] else None
-        if sys.argv[1:] in _TOP_LEVEL_ONLY:
-            _bare_package()
-        status = _print_version(v) if v is not None else _import_app()()  # (--version: no torch, at once)
+        bare = sys.argv[1:] in _TOP_LEVEL_ONLY and _bare_package()
+        try:
+            status = _print_version(v) if v is not None else _import_app()()  # (--version: no torch, at once)
+        finally:
+            if bare:
+                _forget_bare_package()
     except KeyboardInterrupt:  # (during the imports: main handles its own)
         print("torchfilters: interrupted", file=sys.stderr)
         status = 130

@@ -446,12 +446,14 @@ def test_top_level_help_and_usage_import_no_torch(argv, status):
     """``torchfilters --help`` (and a bare ``torchfilters``: the usage error) prints the parser's
     text without importing the library (0.1 s, not torch's 2-3 s), the same text as from the
     imported library's parser."""
+    # (then, in the same process, the library: not the bare package the help was printed with)
     code = (f"import sys, _torchfilters_cli; sys.argv = ['torchfilters'] + {argv!r}; "
-            "rc = _torchfilters_cli.main(); print(rc, 'torch' in sys.modules)")
+            "rc = _torchfilters_cli.main(); print(rc, 'torch' in sys.modules); "
+            "import torchfilters; from torchfilters import gaussian_filter; print(torchfilters.sobel.__name__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     want = subprocess.run([sys.executable, "-m", "torchfilters", *argv], capture_output=True, text=True, timeout=300)
     assert want.returncode == status
-    assert (proc.stdout, proc.stderr) == (want.stdout + f"{status} False\n", want.stderr)
+    assert (proc.stdout, proc.stderr) == (want.stdout + f"{status} False\nsobel\n", want.stderr)
     assert "COMMAND" in (want.stdout if status == 0 else want.stderr)
 
 

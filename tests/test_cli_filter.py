@@ -127,6 +127,8 @@ def test_every_public_op_has_its_parameters_as_options(name, capsys):
     for p in inspect.signature(getattr(functional, name)).parameters:
         if p not in ("input", "out"):
             assert f"--{p.replace('_', '-')}" in text, (name, p)
+    # in the command line's words: a sequence is comma-separated (found by a fresh user)
+    assert "a sequence, NumPy array or tensor" not in " ".join(text.split()), name
 
 
 def test_filter_help_lists_every_op(capsys):

@@ -222,9 +222,14 @@ def option_for(p: inspect.Parameter) -> Option:
 _ARG_LINE = re.compile(r"^ {4}(\w+):\s*(.*)$")
 
 
+#: the docstrings' words for what only the Python API takes, and the command line's
+_CLI_WORDS = (("a sequence, NumPy array or tensor", "comma-separated"),)
+
+
 def doc_params(fn: Callable[..., Any]) -> dict[str, str]:
     """The first sentence of each ``Args:`` entry of ``fn``'s docstring (written in a function or
-    filled from a template: the docstring is dedented first)."""
+    filled from a template: the docstring is dedented first), in the command line's words
+    (``_CLI_WORDS``)."""
     out: dict[str, list[str]] = {}
     current = None
     in_args = False
@@ -245,6 +250,8 @@ def doc_params(fn: Callable[..., Any]) -> dict[str, str]:
     result = {}
     for name, parts in out.items():
         text = " ".join(parts).replace("``", "")
+        for api, cli in _CLI_WORDS:
+            text = text.replace(api, cli)
         first = re.split(r"(?<=[a-z0-9)\]'])\.\s", text, maxsplit=1)[0].rstrip(".")
         result[name] = first[:220] + ("..." if len(first) > 220 else "")
     return result
