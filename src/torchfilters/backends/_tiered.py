@@ -589,6 +589,7 @@ def _reference_ns(args) -> float:
     size = big.element_size() if big is not None else 0
     large = 1.7 if n * size > _LARGE_BYTES else 1.0
     wide = size == 8  # float64: _F64_LINEAR / _F64_RANK times as long
+    f = _F64_LINEAR if wide else 1.0
     for a in args:
         if isinstance(a, (FilterSpec, BlurSpec)) and n and big.dim() >= a.ndim:
             # the taps the engines run: a pass reaching far past the image is folded onto its
@@ -596,7 +597,6 @@ def _reference_ns(args) -> float:
             from ._lowering import lower
 
             a = lower(a, big.shape)
-        f = _F64_LINEAR if wide else 1.0
         if isinstance(a, FilterSpec):
             return n * max(1.5 * sum(_taps(st) for st in a.stencils),
                            f * large * sum(_stencil_ns(st) for st in a.stencils))
