@@ -486,6 +486,7 @@ class _Tiered:
     @staticmethod
     def _run(name, args, kwargs):
         cpu = _loaded_cpu()
+        ns = None  # (the reference engine's estimate: computed once, where needed)
         if cpu is None:
             from . import get
 
@@ -507,8 +508,10 @@ class _Tiered:
                 missing = e.kernel
             finally:
                 _FOREGROUND.reset(token)
-            if _reference_ns(args) > _FALLBACK_NS:  # the reference engine would take longer than
-                return fn(*args, **kwargs)  # compiling: compile in the call (``wait``)
+            if ns is None:
+                ns = _reference_ns(args)
+            if ns > _FALLBACK_NS:  # the reference engine would take longer than compiling: compile
+                return fn(*args, **kwargs)  # in the call (``wait``)
             # the kernel that stopped the call is queued; a rerun of the whole call after it
             # compiles the call's later kernels too (a chain such as Canny's)
             _submit_rerun(name, args, kwargs, missing)
